@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv (if needed) and installs the project for CPU: torch pinned to the 2.13.0 CPU build first,
+# so no dependency can pull a multi-GB CUDA build, then the project in editable mode with its extras.
+# Idempotent: a second run only checks that everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.grpo-replay-installed
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[trl,dev]"
+echo "$want" > "$stamp"

@@ -1,0 +1,126 @@
+"""`ReplayConfig`: the one configuration of the replay method, with presets for the paper's arms.
+
+Every field is validated at construction, so an invalid setting fails before any compute.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+GRANULARITIES = ("rollout", "group")
+
+# Names are checked against the live registries (imported lazily to avoid a cycle).
+
+
+def _allowed_priorities() -> list[str]:
+    from .priority import PRIORITIES
+
+    return PRIORITIES.names()
+
+
+def _allowed_compositions() -> list[str]:
+    from .composition import COMPOSITIONS
+
+    return COMPOSITIONS.names()
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Replay settings (METHOD.md, "Defaults and details"). The defaults are the paper's method."""
+
+    tau_max: Optional[int] = 10
+    """Maximum age in optimizer steps (step - birth_step) a rollout may have when sampled; None = never evict by age."""
+    replay_ratio: float = 0.5
+    """Replay rows per step = round(replay_ratio * n_fresh) (fresh_anchored); 0 disables replay (plain GRPO)."""
+    alpha: float = 0.5
+    """Priority exponent: P(i) proportional to (p_i + eps)^alpha; 0 = uniform, 1 = proportional."""
+    eps: float = 1e-6
+    """Added to the priority signal so a rollout with |A_i| = 0 can still be drawn."""
+    priority: str = "abs_advantage"
+    """Priority signal by name: abs_advantage (|A_i|, the paper's), group_std (sigma_g, query level), uniform."""
+    composition: str = "fresh_anchored"
+    """How replay rows join the fresh batch: fresh_anchored (concatenate) or pool (replay displaces fresh rows)."""
+    granularity: str = "rollout"
+    """Unit that is stored and sampled: rollout (individual rollouts, the paper's) or group (whole groups, naive)."""
+    warmup_steps: int = 20
+    """Steps at the start of training without replay draws (the buffer still fills)."""
+    capacity: Optional[int] = 30_000
+    """Memory backstop: at most this many stored rollouts, oldest evicted first; None = unbounded."""
+    replacement: bool = False
+    """Draw with replacement within a step (default: without, so a rollout appears at most once per batch)."""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> None:
+            raise ValueError(f"ReplayConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+        if self.tau_max is not None and (not _is_int(self.tau_max) or self.tau_max < 0):
+            bad("tau_max", "an integer >= 0 or None")
+        if not _is_num(self.replay_ratio) or self.replay_ratio < 0 or self.replay_ratio != self.replay_ratio:
+            bad("replay_ratio", "a number >= 0")
+        if not _is_num(self.alpha) or self.alpha < 0 or self.alpha != self.alpha:
+            bad("alpha", "a number >= 0")
+        if not _is_num(self.eps) or self.eps <= 0:
+            bad("eps", "a number > 0")
+        if self.priority not in _allowed_priorities():
+            bad("priority", ", ".join(_allowed_priorities()))
+        if self.composition not in _allowed_compositions():
+            bad("composition", ", ".join(_allowed_compositions()))
+        if self.granularity not in GRANULARITIES:
+            bad("granularity", ", ".join(GRANULARITIES))
+        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+            bad("warmup_steps", "an integer >= 0")
+        if self.capacity is not None and (not _is_int(self.capacity) or self.capacity < 1):
+            bad("capacity", "an integer >= 1 or None")
+        if not isinstance(self.replacement, bool):
+            bad("replacement", "true or false")
+
+    @property
+    def enabled(self) -> bool:
+        return self.replay_ratio > 0
+
+    # --- presets: each names a whole configuration -------------------------------------------------
+    @classmethod
+    def paper(cls, **overrides: Any) -> "ReplayConfig":
+        """The paper's method: age eviction tau_max=10, fresh-anchored composition, rollout-level |A_i| priority."""
+        return cls(**overrides)
+
+    @classmethod
+    def grpo(cls, **overrides: Any) -> "ReplayConfig":
+        """Plain GRPO: no replay rows ever."""
+        return cls(**{"replay_ratio": 0.0, **overrides})
+
+    @classmethod
+    def uniform_pool(cls, **overrides: Any) -> "ReplayConfig":
+        """Naive baseline: whole groups stored, drawn uniformly, mixed into a fixed-size pool."""
+        base = dict(priority="uniform", composition="pool", granularity="group")
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def sigma_pool(cls, **overrides: Any) -> "ReplayConfig":
+        """Naive baseline: whole groups stored, drawn by group reward std sigma_g, mixed into a fixed-size pool."""
+        base = dict(priority="group_std", composition="pool", granularity="group")
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "ReplayConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
+        return getattr(cls, name)(**overrides)
+
+    def replace(self, **changes: Any) -> "ReplayConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS = ("paper", "grpo", "uniform_pool", "sigma_pool")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

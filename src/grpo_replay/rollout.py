@@ -1,0 +1,108 @@
+"""The padded batch that flows from generation through the buffer to the loss.
+
+`RolloutBatch` holds B rows; prompts are left-padded to width P, completions right-padded to width C.
+Fresh rows come from generation; replay rows come from `ReplayBuffer.sample`; `RolloutBatch.concat`
+re-pads both to shared widths. Padding positions carry mask 0 and are ignored by the loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+PAD_ID = 0  # token id written into padding positions; masks make its value irrelevant
+
+
+@dataclass
+class RolloutBatch:
+    prompt_ids: torch.Tensor  # (B, P) long, left-padded
+    prompt_mask: torch.Tensor  # (B, P) long, 1 = real token
+    completion_ids: torch.Tensor  # (B, C) long, right-padded
+    completion_mask: torch.Tensor  # (B, C) long, 1 = token the loss counts
+    behaviour_logps: torch.Tensor  # (B, C) float32, log pi_behaviour(token) at generation time
+    advantages: torch.Tensor  # (B,) float32, frozen group-relative advantage A_i
+    rewards: torch.Tensor  # (B,) float32
+    group_ids: torch.Tensor  # (B,) long; rows of one group share it (unique within a batch)
+    group_std: torch.Tensor  # (B,) float32, sigma_g of the row's group
+    birth_step: torch.Tensor  # (B,) long, optimizer step at which the row was generated
+    is_replay: torch.Tensor  # (B,) bool
+    ref_logps: Optional[torch.Tensor] = None  # (B, C) float32, reference-policy log-probs (only when KL is used)
+
+    def __post_init__(self) -> None:
+        b = self.prompt_ids.shape[0]
+        for f in dataclasses.fields(self):
+            t = getattr(self, f.name)
+            if t is not None and t.shape[0] != b:
+                raise ValueError(f"RolloutBatch.{f.name} has {t.shape[0]} rows, prompt_ids has {b}")
+
+    def __len__(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+    def age(self, step: int) -> torch.Tensor:
+        """(B,) long: step - birth_step (0 for fresh rows)."""
+        return step - self.birth_step
+
+    def select(self, idx: torch.Tensor | Sequence[int]) -> "RolloutBatch":
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        return RolloutBatch(**{f.name: _take(getattr(self, f.name), idx) for f in dataclasses.fields(self)})
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        return RolloutBatch(
+            **{f.name: (None if (t := getattr(self, f.name)) is None else t.to(device)) for f in dataclasses.fields(self)}
+        )
+
+    def completion_lengths(self) -> torch.Tensor:
+        """(B,) long: index of the last counted completion token + 1 (0 for an empty completion)."""
+        return _last_one(self.completion_mask)
+
+    def prompt_lengths(self) -> torch.Tensor:
+        return self.prompt_mask.sum(1)
+
+    @staticmethod
+    def concat(batches: Sequence["RolloutBatch"]) -> "RolloutBatch":
+        """Concatenate rows, re-padding prompts on the left and completions on the right to shared widths."""
+        batches = [b for b in batches if len(b) > 0] or list(batches[:1])
+        if len(batches) == 1:
+            return batches[0]
+        P = max(b.prompt_ids.shape[1] for b in batches)
+        C = max(b.completion_ids.shape[1] for b in batches)
+        has_ref = [b.ref_logps is not None for b in batches]
+        if any(has_ref) and not all(has_ref):
+            raise ValueError("RolloutBatch.concat: ref_logps present in some batches but not all")
+        out = {}
+        for f in dataclasses.fields(RolloutBatch):
+            ts = [getattr(b, f.name) for b in batches]
+            if ts[0] is None:
+                out[f.name] = None
+            elif f.name in ("prompt_ids", "prompt_mask"):
+                out[f.name] = torch.cat([_pad_left(t, P) for t in ts])
+            elif ts[0].dim() == 2:
+                out[f.name] = torch.cat([_pad_right(t, C) for t in ts])
+            else:
+                out[f.name] = torch.cat(ts)
+        return RolloutBatch(**out)
+
+
+def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:
+    return None if t is None else t[idx.to(t.device)]
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[1] == width:
+        return t
+    return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=PAD_ID if not t.is_floating_point() else 0.0)
+
+
+def _pad_right(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[1] == width:
+        return t
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=PAD_ID if not t.is_floating_point() else 0.0)
+
+
+def _last_one(mask: torch.Tensor) -> torch.Tensor:
+    if mask.shape[1] == 0:
+        return torch.zeros(mask.shape[0], dtype=torch.long)
+    pos = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return (mask.ne(0).long() * pos).max(1).values
