@@ -1,4 +1,4 @@
-"""`grpo-replay` command line: train | eval | compare | demo."""
+"""`grpo-replay` command line: train | eval | compare."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,6 @@ COMMANDS = {
     "train": ("grpo_replay.trainer.command", "Train with GRPO + replay (default: the embedded testbed, paper preset)."),
     "eval": ("grpo_replay.eval.command", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
     "compare": ("grpo_replay.experiments.command", "Run the paper's comparisons and ablations over seeds."),
-    "demo": ("grpo_replay.demo", "A short demonstration of the replay core on synthetic rollouts."),
 }
 
 

@@ -1,0 +1,30 @@
+"""grpo-replay: rollout-level, advantage-prioritized experience replay for GRPO.
+
+Public core API (framework-agnostic): config and presets, the rollout batch, the buffer, priorities,
+compositions, group advantages, the replay-aware PPO-clip loss and fresh-vs-replay metrics.
+"""
+from .advantage import group_advantages, nonzero_variance_mask
+from .buffer import ReplayBuffer
+from .composition import COMPOSITIONS, compose_batch
+from .config import PRESETS, ReplayConfig
+from .loss import AGGREGATIONS, LossConfig, ppo_clip_loss
+from .metrics import split_metrics
+from .priority import PRIORITIES
+from .rollout import RolloutBatch
+
+__version__ = "0.1.0"
+__all__ = [
+    "AGGREGATIONS",
+    "COMPOSITIONS",
+    "LossConfig",
+    "PRESETS",
+    "PRIORITIES",
+    "ReplayBuffer",
+    "ReplayConfig",
+    "RolloutBatch",
+    "compose_batch",
+    "group_advantages",
+    "nonzero_variance_mask",
+    "ppo_clip_loss",
+    "split_metrics",
+]

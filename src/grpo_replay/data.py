@@ -1,0 +1,239 @@
+"""Problem loading shared by the trainer and the evaluation harness.
+
+A problem set comes from one of three places:
+
+* a JSONL file (one object per line with ``problem`` and ``answer``, optionally ``id`` and ``source``);
+* a directory plus a name: ``<dir>/<name>.jsonl`` (or ``<dir>/<split>.jsonl`` when no name is given);
+* a Hugging Face dataset name, loaded with :func:`datasets.load_dataset` (needs the hub or a local cache).
+
+Field names of the source can be mapped onto ours with ``fields={"problem": "question", ...}``.
+A malformed row raises :class:`DataError` naming the file and line; with ``on_error="skip"`` such rows are
+skipped instead, counted in :attr:`ProblemList.skipped` and reported with a warning.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Union
+
+BENCHMARKS = ("math500", "aime25", "aime26", "hmmt_feb25", "hmmt_feb26")
+"""The paper's five evaluation benchmarks, in reporting order."""
+
+DATA_ENV = "GRPO_REPLAY_DATA"
+FIELDS = ("id", "problem", "answer", "source")
+REQUIRED_FIELDS = ("problem", "answer")  # id and source get defaults (file stem + line number / file name)
+ON_ERROR = ("raise", "skip")
+SPLITS = ("train", "test")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class DataError(ValueError):
+    """A malformed data row; the message names the file (or dataset) and the 1-based line (or row) number."""
+
+    def __init__(self, where: str, line: Optional[int], reason: str):
+        self.where, self.line, self.reason = where, line, reason
+        loc = f"{where}:{line}" if line is not None else where
+        super().__init__(f"{loc}: {reason}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One math problem with its gold final answer (a LaTeX string, without ``\\boxed{}``)."""
+
+    id: str
+    problem: str
+    answer: str
+    source: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class ProblemList(list):
+    """A ``list[Problem]`` that also carries the rows skipped under ``on_error="skip"``."""
+
+    def __init__(self, items: Iterable[Problem] = (), skipped: Optional[list[DataError]] = None):
+        super().__init__(items)
+        self.skipped: list[DataError] = list(skipped or [])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Locating data
+
+
+def repo_root() -> Path:
+    """The checkout root (``src/grpo_replay/data.py`` -> two levels above ``src``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def default_data_dir() -> Optional[Path]:
+    """``$GRPO_REPLAY_DATA`` if set, else ``<repo>/../shared/data`` if it exists, else None."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env)
+    candidate = repo_root().parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
+    """The JSONL file of benchmark ``name``: ``<data_dir>/<name>.jsonl`` (or ``<data_dir>/benchmarks/<name>.jsonl``).
+
+    The five paper benchmarks are listed in :data:`BENCHMARKS`; any other name is accepted when its file
+    exists, so a user can drop in an extra benchmark. ``data_dir`` defaults to :func:`default_data_dir`.
+    """
+    base = Path(data_dir) if data_dir is not None else default_data_dir()
+    if base is None:
+        raise FileNotFoundError(
+            f"no data directory for benchmark {name!r}: pass data_dir (--data-dir) or set ${DATA_ENV}"
+        )
+    # The shared data layout keeps benchmarks in a subfolder; accept both that root and the folder itself.
+    candidates = [base / f"{name}.jsonl", base / "benchmarks" / f"{name}.jsonl"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = f"known benchmarks: {', '.join(BENCHMARKS)}"
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r} (no file {candidates[0]}); {known}")
+    raise FileNotFoundError(f"benchmark {name!r}: none of {', '.join(map(str, candidates))} exists")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_problems(
+    spec: PathLike,
+    split: str = "train",
+    limit: Optional[int] = None,
+    *,
+    name: Optional[str] = None,
+    fields: Optional[Mapping[str, str]] = None,
+    on_error: str = "raise",
+) -> ProblemList:
+    """Load problems from a JSONL file, ``<directory>/<name>.jsonl``, or a Hugging Face dataset.
+
+    Args:
+        spec: a ``.jsonl`` file, a directory, or a Hugging Face dataset name (e.g. ``HuggingFaceH4/MATH-500``).
+        split: ``"train"`` or ``"test"``; picks ``<dir>/<split>.jsonl`` for a directory without ``name``
+            and the split of a Hugging Face dataset.
+        limit: keep at most this many problems (the first ones, in file order).
+        name: file stem inside a directory spec, or the config name of a Hugging Face dataset.
+        fields: our field name -> source field name, e.g. ``{"problem": "question", "answer": "gt"}``.
+        on_error: ``"raise"`` (default) raises :class:`DataError` at the first malformed row; ``"skip"``
+            skips malformed rows and records them in ``result.skipped``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    mapping = _field_mapping(fields)
+
+    path = Path(spec)
+    if path.is_dir():
+        stem = name or split
+        path = path / f"{stem}.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist (directory {spec} + name {stem!r})")
+        rows = _jsonl_rows(path)
+        where = str(path)
+    elif path.is_file():
+        rows, where = _jsonl_rows(path), str(path)
+    elif str(spec).endswith((".jsonl", ".json")) or (os.sep in str(spec) and path.parent.is_dir()):
+        # Looks like a local path that is missing; do not silently try the hub with it.
+        raise FileNotFoundError(f"data file {spec} does not exist")
+    else:
+        rows, where = _hf_rows(str(spec), name, split), f"hf:{spec}"
+
+    default_source = path.name if path.suffix == ".jsonl" else str(spec)
+    id_prefix = path.stem if path.suffix == ".jsonl" else str(spec).replace("/", "_")
+    problems = ProblemList()
+    for line_no, row in rows:
+        if limit is not None and len(problems) >= limit:
+            break
+        try:
+            if isinstance(row, DataError):
+                raise row
+            problems.append(_to_problem(row, mapping, where, line_no, default_source, id_prefix))
+        except DataError as err:
+            if on_error == "raise":
+                raise
+            problems.skipped.append(err)
+    if problems.skipped:
+        first = "; ".join(str(e) for e in problems.skipped[:3])
+        warnings.warn(f"{where}: skipped {len(problems.skipped)} malformed row(s): {first}", stacklevel=2)
+    return problems
+
+
+def _field_mapping(fields: Optional[Mapping[str, str]]) -> dict[str, str]:
+    mapping = {f: f for f in FIELDS}
+    for ours, theirs in (fields or {}).items():
+        if ours not in FIELDS:
+            raise ValueError(f"fields: unknown field {ours!r}; allowed: {', '.join(FIELDS)}")
+        mapping[ours] = theirs
+    return mapping
+
+
+def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
+    """Yield (line number, parsed object or DataError); blank lines are skipped silently."""
+    with open(path, "rb") as fh:  # bytes, so a bad encoding is reported per line rather than per file
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield line_no, DataError(str(path), line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            if not text.strip():
+                continue
+            try:
+                yield line_no, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield line_no, DataError(str(path), line_no, f"invalid JSON ({exc.msg}, column {exc.colno})")
+
+
+def _hf_rows(dataset: str, name: Optional[str], split: str) -> Iterable[tuple[int, Any]]:
+    """Rows of a Hugging Face dataset (not exercised offline; needs the hub or a warm cache)."""
+    try:
+        from datasets import load_dataset
+    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
+        raise ImportError("loading a Hugging Face dataset needs the `datasets` package") from exc
+    try:
+        ds = load_dataset(dataset, name, split=split)
+    except Exception as exc:  # pragma: no cover - network / hub errors
+        raise FileNotFoundError(
+            f"{dataset!r} is neither a local file/directory nor a loadable Hugging Face dataset "
+            f"(split {split!r}): {exc}"
+        ) from exc
+    for index, row in enumerate(ds, start=1):  # pragma: no cover
+        yield index, row
+
+
+def _to_problem(
+    row: Any, mapping: dict[str, str], where: str, line: int, default_source: str, id_prefix: str
+) -> Problem:
+    if not isinstance(row, dict):
+        raise DataError(where, line, f"expected a JSON object, got {type(row).__name__}")
+    values: dict[str, str] = {}
+    for ours in FIELDS:
+        theirs = mapping[ours]
+        value = row.get(theirs)
+        if value is None:
+            if ours in REQUIRED_FIELDS:
+                raise DataError(where, line, f"missing field {theirs!r} (our {ours!r})")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise DataError(where, line, f"field {theirs!r} must be a string or number, got {type(value).__name__}")
+        values[ours] = str(value)  # numeric answers (e.g. AIME integers) become strings
+        if ours in REQUIRED_FIELDS and not values[ours].strip():
+            raise DataError(where, line, f"empty field {theirs!r} (our {ours!r})")
+    return Problem(
+        id=values.get("id", f"{id_prefix}-{line}"),
+        problem=values["problem"],
+        answer=values["answer"].strip(),
+        source=values.get("source", default_source),
+    )

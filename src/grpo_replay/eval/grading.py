@@ -1,0 +1,378 @@
+"""Answer grading with math-verify: last ``\\boxed{}`` of a completion vs the gold answer.
+
+Timeouts. math-verify bounds each parse/compare with ``signal.alarm``, which only works on the main thread of
+the main interpreter (it raises ValueError elsewhere). We therefore switch its timeouts off
+(``parsing_timeout=None``, ``timeout_seconds=None``) and enforce one overall budget per grade ourselves:
+
+* on the main thread: a ``setitimer`` alarm that raises :class:`GradeTimeout` (a ``BaseException``, so the
+  ``except Exception`` blocks inside math-verify/sympy cannot swallow it); an outer alarm (e.g. pytest-timeout)
+  is saved and re-armed afterwards;
+* off the main thread: the grade runs in a persistent worker process (on *its* main thread, so with the alarm),
+  and the caller waits with a hard deadline; a worker stuck in C code past the deadline is killed and replaced.
+
+A timeout, like any parse failure, grades False. :func:`grade_many` spreads a batch over worker processes
+with the same hard deadlines.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import wait as mp_wait
+from typing import Iterable, Optional, Sequence
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds allowed for one grade (parsing both answers and comparing them)."""
+_HARD_GRACE = 5.0  # extra seconds a worker process gets beyond `timeout` before it is killed
+_STARTUP_ALLOWANCE = 60.0  # a freshly spawned worker must import math-verify/sympy before its first grade
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+
+
+class GradeTimeout(BaseException):
+    """Raised by the grading alarm; BaseException so library ``except Exception`` blocks let it through."""
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    # math-verify warns once that its own timeout is off; we deliberately replaced it with ours.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Extraction
+
+
+def extract_boxed(text: str) -> Optional[str]:
+    """Content of the last well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) in ``text``.
+
+    Nested and escaped braces (``\\{``) are handled; a truncated last box (unbalanced braces) is ignored in
+    favour of an earlier complete one. Returns None when there is no box.
+    """
+    if not text:
+        return None
+    starts = sorted(
+        (i, cmd) for cmd in _BOX_COMMANDS for i in _find_all(text, cmd)
+    )
+    for start, cmd in reversed(starts):
+        content = _box_content(text, start + len(cmd))
+        if content is not None:
+            return content.strip()
+    return None
+
+
+def _find_all(text: str, needle: str) -> Iterable[int]:
+    i = text.find(needle)
+    while i != -1:
+        yield i
+        i = text.find(needle, i + 1)
+
+
+def _box_content(text: str, pos: int) -> Optional[str]:
+    """Content after a box command that ends just before ``pos``; None if malformed."""
+    if pos < len(text) and text[pos].isalpha():
+        return None  # e.g. "\boxedanswer": a different command
+    j = pos
+    while j < len(text) and text[j] == " ":
+        j += 1
+    if j < len(text) and text[j] == "{":
+        depth, k = 0, j
+        while k < len(text):
+            ch = text[k]
+            if ch == "\\":
+                k += 2  # skip the escaped character (\{ and \} are not grouping braces)
+                continue
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[j + 1 : k]
+            k += 1
+        return None  # unbalanced: truncated generation
+    if j > pos:  # "\boxed 5": the token up to whitespace or "$"
+        k = j
+        while k < len(text) and not text[k].isspace() and text[k] != "$":
+            k += 1
+        return text[j:k] if k > j else None
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One grade
+
+
+def _grade_unprotected(completion: str, gold: str, require_boxed: bool) -> bool:
+    """The grading logic itself, with math-verify's signal timeouts disabled (callers add the timeout)."""
+    from math_verify import parse, verify
+
+    answer = extract_boxed(completion)
+    if answer is None:
+        if require_boxed:
+            return False
+        target = parse(completion, parsing_timeout=None)
+    else:
+        if not answer:
+            return False
+        target = parse("\\boxed{" + answer + "}", parsing_timeout=None)
+    gold_parsed = parse("\\boxed{" + str(gold) + "}", parsing_timeout=None)
+    if not gold_parsed or not target:
+        return False
+    # verify(gold, target) is not symmetric: gold first (e.g. "x=5" as a prediction matches gold "5").
+    return bool(verify(gold_parsed, target, timeout_seconds=None))
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+
+def _grade_with_alarm(completion: str, gold: str, timeout: Optional[float], require_boxed: bool) -> bool:
+    """Main-thread path: one setitimer alarm around the whole grade; any outer alarm is restored."""
+    if timeout is None or timeout <= 0:
+        return _safe(completion, gold, require_boxed)
+
+    def on_alarm(signum, frame):
+        raise GradeTimeout()
+
+    started = time.monotonic()
+    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return _safe(completion, gold, require_boxed)
+    except GradeTimeout:
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay > 0:  # re-arm the outer timer with what is left of it (fire now if already due)
+            remaining = max(old_delay - (time.monotonic() - started), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, remaining, old_interval)
+
+
+def _safe(completion: str, gold: str, require_boxed: bool) -> bool:
+    try:
+        return _grade_unprotected(completion, gold, require_boxed)
+    except Exception:  # a parser crash on odd model output is a wrong answer, not a failed evaluation
+        return False
+
+
+def grade(
+    completion: str, gold: str, *, timeout: Optional[float] = DEFAULT_TIMEOUT, require_boxed: bool = True
+) -> bool:
+    """True when the last ``\\boxed{}`` answer of ``completion`` is equivalent to ``gold`` (math-verify).
+
+    Safe on any thread and in worker processes; returns False on timeout, on a parse failure and (with
+    ``require_boxed``, the default) when the completion has no box. ``gold`` is the bare answer (no box).
+    """
+    if _on_main_thread():
+        return _grade_with_alarm(completion, gold, timeout, require_boxed)
+    return _shared_worker().grade(completion, gold, timeout, require_boxed)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Worker processes (hard deadlines)
+
+
+def _worker_main(conn) -> None:
+    """Worker loop: grade requests arrive over the pipe and are graded on this process's main thread."""
+    import math_verify  # noqa: F401  (import before signalling ready, so startup is not charged to a grade)
+
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        key, completion, gold, timeout, require_boxed = msg
+        conn.send((key, _grade_with_alarm(completion, gold, timeout, require_boxed)))
+
+
+class _Worker:
+    """One spawned grading process. ``spawn`` (not fork) because callers may hold torch/CUDA threads."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="grpo-replay-grader")
+        self.proc.start()
+        child.close()
+        self.ready = False
+
+    def deadline(self, timeout: Optional[float]) -> float:
+        budget = (timeout or 3600.0) + _HARD_GRACE + (0.0 if self.ready else _STARTUP_ALLOWANCE)
+        return time.monotonic() + budget
+
+    def receive(self):
+        """Next (key, result) message, consuming the startup handshake on the way."""
+        key, value = self.conn.recv()
+        if key == "ready":
+            self.ready = True
+            return None
+        return key, value
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        finally:
+            self.conn.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=2)
+        if self.proc.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class _SharedWorker:
+    """The persistent worker behind off-main-thread :func:`grade` calls (one at a time, under a lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker: Optional[_Worker] = None
+
+    def grade(self, completion: str, gold: str, timeout: Optional[float], require_boxed: bool) -> bool:
+        with self._lock:
+            if self._worker is None or not self._worker.proc.is_alive():
+                self._worker = _Worker()
+            worker = self._worker
+            deadline = worker.deadline(timeout)
+            try:
+                worker.conn.send((0, completion, gold, timeout, require_boxed))
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not worker.conn.poll(left):
+                        raise TimeoutError
+                    msg = worker.receive()
+                    if msg is not None:
+                        return bool(msg[1])
+            except (TimeoutError, EOFError, OSError):
+                worker.kill()  # stuck (or dead): replace it on the next call
+                self._worker = None
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+
+
+_SHARED: Optional[_SharedWorker] = None
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_worker() -> _SharedWorker:
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = _SharedWorker()
+            import atexit
+
+            atexit.register(_SHARED.close)
+        return _SHARED
+
+
+def default_workers(num_items: int) -> int:
+    """Worker processes for a batch: none for small batches (spawn costs ~1 s), else up to the CPU count."""
+    if num_items < 200:
+        return 0
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def grade_many(
+    completions: Sequence[str],
+    golds: Sequence[str],
+    *,
+    workers: Optional[int] = None,
+    timeout: Optional[float] = DEFAULT_TIMEOUT,
+    require_boxed: bool = True,
+    progress: bool = False,
+    desc: str = "grading",
+) -> list[bool]:
+    """Grade ``completions[i]`` against ``golds[i]`` for every i; identical pairs are graded once.
+
+    ``workers``: 0 grades in this process (through :func:`grade`), N >= 1 uses N spawned worker processes with
+    hard per-item deadlines, None picks :func:`default_workers`.
+    """
+    if len(completions) != len(golds):
+        raise ValueError(f"completions ({len(completions)}) and golds ({len(golds)}) must have the same length")
+    if workers is not None and workers < 0:
+        raise ValueError(f"workers must be >= 0 or None, got {workers}")
+    unique = list(dict.fromkeys(zip(completions, golds)))
+    n_workers = default_workers(len(unique)) if workers is None else workers
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(unique), desc=desc, disable=not progress, leave=False)
+    try:
+        if n_workers == 0:
+            results = []
+            for completion, gold in unique:
+                results.append(grade(completion, gold, timeout=timeout, require_boxed=require_boxed))
+                bar.update(1)
+        else:
+            results = _grade_in_pool(unique, min(n_workers, max(1, len(unique))), timeout, require_boxed, bar)
+    finally:
+        bar.close()
+    by_pair = dict(zip(unique, results))
+    return [by_pair[pair] for pair in zip(completions, golds)]
+
+
+def _grade_in_pool(items, n_workers: int, timeout, require_boxed: bool, bar) -> list[bool]:
+    """Dynamic dispatch of items to worker processes; an item past its hard deadline grades False."""
+    results = [False] * len(items)
+    if not items:
+        return results
+    pending = deque(range(len(items)))
+    workers = [_Worker() for _ in range(n_workers)]
+    active: dict[_Worker, tuple[int, float]] = {}  # worker -> (item index, hard deadline)
+    try:
+        while pending or active:
+            for w in workers:
+                if w not in active and pending:
+                    idx = pending.popleft()
+                    w.conn.send((idx, items[idx][0], items[idx][1], timeout, require_boxed))
+                    active[w] = (idx, w.deadline(timeout))
+            wait_for = max(0.0, min(dl for _, dl in active.values()) - time.monotonic())
+            ready = set(mp_wait([w.conn for w in active], timeout=wait_for))
+            for w in list(active):
+                idx, dl = active[w]
+                if w.conn in ready:
+                    try:
+                        msg = w.receive()
+                    except (EOFError, OSError):
+                        msg = (idx, False)  # the worker died (e.g. out of memory): wrong, and replace it
+                        _replace(workers, w)
+                    if msg is None:  # startup handshake; the item is still running, with the full budget
+                        active[w] = (idx, w.deadline(timeout))
+                        continue
+                    results[idx] = bool(msg[1])
+                    del active[w]
+                    bar.update(1)
+                elif time.monotonic() > dl:
+                    del active[w]
+                    _replace(workers, w)
+                    bar.update(1)  # results[idx] stays False
+    finally:
+        for w in workers:
+            w.close()
+    return results
+
+
+def _replace(workers: list[_Worker], dead: _Worker) -> None:
+    dead.kill()
+    workers[workers.index(dead)] = _Worker()

@@ -1,0 +1,59 @@
+"""TRL integration: `ReplayGRPOTrainer` and `ReplayGRPOConfig`, drop-in replacements for TRL's GRPO ones.
+
+    from grpo_replay.integrations.trl import ReplayGRPOTrainer, ReplayGRPOConfig
+
+    args = ReplayGRPOConfig(output_dir="out", replay_preset="paper", replay_tau_max=10, ...)
+    trainer = ReplayGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=..., processing_class=...)
+    trainer.train()
+
+Supported TRL: 1.16.x (checked at import; set GRPO_REPLAY_ALLOW_UNSUPPORTED_TRL=1 to try another version at
+your own risk: the trainer hooks TRL internals whose names and shapes change between minor versions).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+SUPPORTED_TRL = ((1, 16),)  # (major, minor) release lines this integration was written and tested against
+SUPPORTED_TRL_TEXT = "trl>=1.16.0,<1.17"
+
+
+def _check_trl_version() -> str:
+    try:
+        import trl
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"grpo_replay.integrations.trl needs TRL ({SUPPORTED_TRL_TEXT}); install it with "
+            f"`pip install 'grpo-replay[trl]'` or `pip install '{SUPPORTED_TRL_TEXT}'`"
+        ) from e
+    from packaging.version import Version
+
+    version = Version(trl.__version__)
+    if tuple(version.release[:2]) not in SUPPORTED_TRL:
+        msg = (
+            f"grpo_replay.integrations.trl supports {SUPPORTED_TRL_TEXT}, found trl=={trl.__version__}. "
+            "ReplayGRPOTrainer hooks GRPOTrainer internals (_generate_and_score_completions, _calculate_rewards, "
+            "_compute_loss) that change between TRL minor versions. Install a supported version, or set "
+            "GRPO_REPLAY_ALLOW_UNSUPPORTED_TRL=1 to proceed at your own risk."
+        )
+        if os.environ.get("GRPO_REPLAY_ALLOW_UNSUPPORTED_TRL") == "1":
+            warnings.warn(msg, stacklevel=3)
+        else:
+            raise ImportError(msg)
+    return trl.__version__
+
+
+TRL_VERSION = _check_trl_version()
+
+from .config import ReplayGRPOConfig  # noqa: E402
+from .trainer import ReplayGRPOTrainer  # noqa: E402
+
+
+def train_testbed_with_trl(*args, **kwargs):
+    """See `grpo_replay.integrations.trl.testbed.train_testbed_with_trl` (imported lazily)."""
+    from .testbed import train_testbed_with_trl as _impl
+
+    return _impl(*args, **kwargs)
+
+
+__all__ = ["ReplayGRPOConfig", "ReplayGRPOTrainer", "SUPPORTED_TRL_TEXT", "TRL_VERSION", "train_testbed_with_trl"]

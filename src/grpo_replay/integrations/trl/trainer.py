@@ -1,0 +1,365 @@
+"""`ReplayGRPOTrainer`: TRL's `GRPOTrainer` with rollout-level, advantage-prioritized experience replay.
+
+Hook points (all narrow; no TRL method body is copied):
+- `_calculate_rewards`: super(), then keep the rewards TRL gathered over all processes (for the zero-variance
+  decision, which must see whole groups even when a group straddles processes).
+- `_generate_and_score_completions`: super(), then post-process TRL's dict: behaviour log-probs for every fresh row
+  (one no-grad forward when TRL did not compute `old_per_token_logps`), compose fresh + replay rows with the core
+  `compose_batch`, insert this step's fresh non-zero-variance rows into the buffer (birth step = optimizer step),
+  equalise row counts across processes, fill every optional key for the replay rows, recompute
+  `num_items_in_batch` over all processes.
+- `_compute_loss`: super(), plus fresh-vs-replay clip fractions from the log-probs TRL computed in that call.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the buffer (one file per process) lives in TRL checkpoints.
+
+Design choices (documented in the README section):
+- TRL's fresh rows are kept as TRL produced them, zero-variance groups included (their A = 0, so they add nothing
+  to the gradient but the token normaliser, exactly as in plain GRPOTrainer); zero-variance rows are never inserted
+  into the buffer. Dropping them would make per-process row counts unequal.
+- Each process keeps its own buffer (its own rows; seed + process index). All processes agree on the number of
+  replay rows by gathering the composed row counts and trimming trailing replay rows to the minimum, rounded down
+  to a multiple of `steps_per_generation` (fresh rows are never trimmed; replay rows are in draw order, so the
+  lowest-priority draws go first).
+- With replay disabled (replay_ratio == 0, e.g. the grpo preset) the trainer is a pass-through: no extra forward,
+  no buffer, identical batches to GRPOTrainer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections import deque
+from typing import Any, Optional
+
+import torch
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import nanstd
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ...advantage import nonzero_variance_mask
+from ...buffer import ReplayBuffer
+from ...composition import compose_batch
+from ...config import ReplayConfig
+from ...metrics import split_metrics
+from ...rollout import RolloutBatch
+
+# Keys of TRL's batch dict this integration knows how to extend with replay rows.
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+COMPLETION_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "tool_mask",
+    "importance_sampling_ratio",
+)
+ROW_KEYS = ("advantages",)
+REPLAY_FLAG_KEY = "replay_is_replay"  # (B,) bool, travels with the rows through TRL's shuffle/split
+BUFFER_FILE = "replay_buffer_rank{rank}"  # + .npz / .json, one per process, inside checkpoint-<step>/
+
+
+class ReplayGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer + replay. Takes GRPOTrainer's arguments; the replay settings come from `args` when it is a
+    `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset)."""
+
+    def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if replay_config is None:
+            to_cfg = getattr(self.args, "to_replay_config", None)
+            replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
+        self.replay_config = replay_config
+        seed = getattr(self.args, "replay_seed", None)
+        seed = self.args.seed if seed is None else seed
+        self.replay_buffer = ReplayBuffer(replay_config, seed=seed + self.accelerator.process_index)
+        # One record per generation (train mode): what was composed. For diagnostics and tests; bounded.
+        self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self._replay_rewards_per_func: Optional[torch.Tensor] = None
+        self._replay_capture: Optional[list] = None
+        if self.replay_config.enabled and getattr(self.args, "use_liger_kernel", False):
+            warnings.warn("ReplayGRPOTrainer: fresh/replay clip fractions are not logged with the Liger loss.")
+
+    # --- narrow hooks ---------------------------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._replay_rewards_per_func = rewards_per_func  # gathered over all processes by TRL
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func, self._replay_rewards_per_func = self._replay_rewards_per_func, None
+        if not self.model.training:
+            return output
+        if not self.replay_config.enabled:
+            self._metrics["train"]["replay/share"].append(0.0)
+            return output
+        return self._replay_compose(output, rewards_per_func)
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._replay_capture is not None and kwargs.get("compute_entropy"):
+            self._replay_capture.append(result[0].detach())
+        return result
+
+    def _compute_loss(self, model, inputs):
+        if REPLAY_FLAG_KEY not in inputs:
+            return super()._compute_loss(model, inputs)
+        inputs = dict(inputs)  # TRL reuses the buffered chunk when num_iterations > 1: do not mutate it
+        is_replay = inputs.pop(REPLAY_FLAG_KEY)
+        self._replay_capture = []
+        try:
+            loss = super()._compute_loss(model, inputs)
+            captured = self._replay_capture
+        finally:
+            self._replay_capture = None
+        if captured:
+            self._replay_log_clip(inputs, captured[0], is_replay)
+        return loss
+
+    # --- checkpointing --------------------------------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if not self.replay_config.enabled:
+            return
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        self.replay_buffer.save(os.path.join(folder, BUFFER_FILE.format(rank=self.accelerator.process_index)))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not self.replay_config.enabled:
+            return
+        path = os.path.join(checkpoint, BUFFER_FILE.format(rank=self.accelerator.process_index))
+        if not os.path.exists(path + ".json"):
+            warnings.warn(
+                f"ReplayGRPOTrainer: no replay buffer in {checkpoint} for process {self.accelerator.process_index} "
+                "(saved without replay, or with fewer processes); the buffer starts empty."
+            )
+            return
+        self.replay_buffer = ReplayBuffer.load(path, config=self.replay_config)
+
+    # --- the replay step --------------------------------------------------------------------------------
+    def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
+        unknown = [k for k, v in out.items() if _is_row_value(v) and k not in PROMPT_KEYS + COMPLETION_KEYS + ROW_KEYS]
+        if unknown:
+            raise NotImplementedError(
+                f"ReplayGRPOTrainer cannot replay rows with the per-row fields {unknown} (vision-language inputs are "
+                "not supported); set replay_ratio=0 (preset 'grpo') or use a text-only model."
+            )
+        if out["advantages"].dim() != 1:
+            raise NotImplementedError("ReplayGRPOTrainer expects one advantage per row (shape (B,)).")
+        device = self.accelerator.device
+        step = int(self.state.global_step)
+        spg = int(self.args.steps_per_generation)
+        n = int(out["advantages"].shape[0])
+
+        if "old_per_token_logps" not in out:  # TRL skips it when generation is aligned with the optimizer step
+            out["old_per_token_logps"] = self._replay_behaviour_logps(out)
+
+        fresh, insertable = self._replay_fresh_batch(out, rewards_per_func, step)
+        # Compose on a copy whose group_ids are row indices: the composition keeps fresh rows in order and
+        # does not look at their group ids, so afterwards group_ids of fresh rows tell which rows were kept.
+        probe = dataclasses.replace(fresh, group_ids=torch.arange(n))
+        composed = compose_batch(probe, self.replay_buffer, step)
+        kept = composed.group_ids[~composed.is_replay]
+        replay = composed.select(torch.nonzero(composed.is_replay).flatten())
+
+        # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.
+        total = torch.tensor([len(kept) + len(replay)], device=device)
+        target = int(self.accelerator.gather(total).min())
+        target -= target % spg
+        n_replay = target - len(kept)
+        if n_replay < 0:
+            raise RuntimeError(f"ReplayGRPOTrainer: {len(kept)} fresh rows cannot fit {target} rows per process")
+        replay = replay.select(torch.arange(n_replay))
+        composed = RolloutBatch.concat([fresh.select(kept), replay]) if n_replay else fresh.select(kept)
+
+        # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw.
+        inserted = self.replay_buffer.add(fresh.select(torch.nonzero(insertable).flatten()), step)
+
+        if n_replay or len(kept) != n:
+            out = self._replay_merge(out, kept, replay)
+        out[REPLAY_FLAG_KEY] = torch.cat(
+            [torch.zeros(len(kept), dtype=torch.bool), torch.ones(n_replay, dtype=torch.bool)]
+        ).to(device)
+        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        self._replay_log_step(composed, step, inserted, n, int(insertable.sum()))
+        return out
+
+    def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, ids, attention, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size
+            )
+        return logps
+
+    def _replay_fresh_batch(
+        self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
+    ) -> tuple[RolloutBatch, torch.Tensor]:
+        """This process's rows as a RolloutBatch, and which of them may enter the buffer (non-zero-variance group,
+        scorable). Zero variance is decided on the weighted reward sum gathered over all processes."""
+        n = int(out["advantages"].shape[0])
+        G = int(self.num_generations)
+        rpf = rewards_per_func.float().cpu()
+        rewards = (rpf * self.reward_weights.float().cpu().unsqueeze(0)).nansum(dim=1)
+        unscorable = torch.isnan(rpf).all(dim=1)
+        rewards[unscorable] = torch.nan
+        groups = torch.arange(rewards.numel()) // G
+        grouped = rewards.view(-1, G)
+        group_mean = torch.nanmean(grouped, dim=1).nan_to_num(0.0)
+        group_std = nanstd(grouped, dim=1).nan_to_num(0.0)
+        # Unscorable rows take their group's mean so they neither create nor hide variance.
+        filled = torch.where(unscorable, group_mean[groups], rewards)
+        ok = nonzero_variance_mask(filled, groups) & ~unscorable
+        lo = self.accelerator.process_index * n
+        local = slice(lo, lo + n)
+        completion_mask = out["completion_mask"]
+        if "tool_mask" in out:  # the buffer keeps the loss mask; attention is rebuilt from its length on replay
+            completion_mask = completion_mask * out["tool_mask"]
+        ref = out.get("ref_per_token_logps")
+        fresh = RolloutBatch(
+            prompt_ids=out["prompt_ids"].detach().cpu(),
+            prompt_mask=out["prompt_mask"].detach().cpu().long(),
+            completion_ids=out["completion_ids"].detach().cpu(),
+            completion_mask=completion_mask.detach().cpu().long(),
+            behaviour_logps=out["old_per_token_logps"].detach().float().cpu(),
+            advantages=out["advantages"].detach().float().cpu(),
+            rewards=filled[local].nan_to_num(0.0),
+            group_ids=groups[local],
+            group_std=group_std[groups[local]],
+            birth_step=torch.full((n,), step, dtype=torch.long),
+            is_replay=torch.zeros(n, dtype=torch.bool),
+            ref_logps=None if ref is None else ref.detach().float().cpu(),
+        )
+        return fresh, ok[local]
+
+    def _replay_merge(self, out: dict[str, Any], kept: torch.Tensor, replay: RolloutBatch) -> dict[str, Any]:
+        """Kept fresh rows of TRL's dict + the replay rows converted to TRL's keys, re-padded to shared widths."""
+        device = self.accelerator.device
+        pad_id = self._tokenizer.pad_token_id
+        pad_id = 0 if pad_id is None else pad_id
+        idx = kept.to(device)
+        fresh = {k: (v[idx] if _is_row_value(v) else v) for k, v in out.items()}
+        if len(replay) == 0:
+            return fresh
+        rep = replay.to(device)
+        C = rep.completion_ids.shape[1]
+        attention = (torch.arange(C, device=device)[None, :] < rep.completion_lengths()[:, None]).long()
+        rows: dict[str, torch.Tensor] = {
+            "prompt_ids": torch.where(rep.prompt_mask.bool(), rep.prompt_ids, pad_id),
+            "prompt_mask": rep.prompt_mask,
+            "completion_ids": torch.where(attention.bool(), rep.completion_ids, pad_id),
+            "completion_mask": attention,
+            "advantages": rep.advantages,
+            "old_per_token_logps": rep.behaviour_logps,
+        }
+        if "tool_mask" in out:
+            rows["tool_mask"] = torch.where(attention.bool(), rep.completion_mask, 1)
+        if "ref_per_token_logps" in out:
+            if rep.ref_logps is None:
+                raise RuntimeError("ReplayGRPOTrainer: replayed rows carry no reference log-probs but beta != 0")
+            rows["ref_per_token_logps"] = rep.ref_logps
+        if "sampling_per_token_logps" in out:
+            # The buffer keeps the trainer-side behaviour log-probs only; the vLLM-vs-trainer correction of a
+            # replayed row is taken as 1 (its ratio to the behaviour policy is what PPO-clip handles).
+            rows["sampling_per_token_logps"] = rep.behaviour_logps
+        if "importance_sampling_ratio" in out:
+            width = 1 if self._replay_sequence_is() else C
+            rows["importance_sampling_ratio"] = torch.ones(len(rep), width, device=device)
+        merged = {}
+        for key, value in fresh.items():
+            if key not in rows:
+                merged[key] = value
+                continue
+            other = rows[key].to(dtype=value.dtype)
+            if key in PROMPT_KEYS:
+                merged[key] = _cat_padded([value, other], left=True, value=pad_id if key == "prompt_ids" else 0)
+            elif key in COMPLETION_KEYS and not (key == "importance_sampling_ratio" and self._replay_sequence_is()):
+                fill = {"completion_ids": pad_id, "tool_mask": 1, "importance_sampling_ratio": 1.0}.get(key, 0)
+                merged[key] = _cat_padded([value, other], left=False, value=fill)
+            else:
+                merged[key] = torch.cat([value, other])
+        return merged
+
+    def _replay_sequence_is(self) -> bool:
+        return self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+
+    # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
+    def _replay_log_step(self, composed: RolloutBatch, step: int, inserted: int, n_fresh: int, n_ok: int) -> None:
+        device = self.accelerator.device
+        m = split_metrics(composed, step)
+        n_rep = int(m["replay/count"])
+        ages = composed.age(step)[composed.is_replay].float()
+        local = torch.tensor(
+            [len(composed), n_rep, float(ages.sum()), float(ages.max()) if n_rep else 0.0, len(self.replay_buffer),
+             inserted, n_fresh - n_ok, n_fresh, float(self.replay_buffer.total_evicted_age)],
+            device=device, dtype=torch.float64,
+        )
+        g = self.accelerator.gather(local[None]).view(-1, local.numel())
+        tot = g.sum(0)
+        metrics = self._metrics["train"]
+        metrics["replay/share"].append(float(tot[1] / tot[0].clamp(min=1)))
+        metrics["replay/rows"].append(float(tot[1]))
+        metrics["replay/buffer_size"].append(float(tot[4]))
+        metrics["replay/inserted"].append(float(tot[5]))
+        metrics["replay/frac_zero_variance"].append(float(tot[6] / tot[7].clamp(min=1)))
+        metrics["replay/evicted_age_total"].append(float(tot[8]))
+        if tot[1] > 0:
+            metrics["replay/age_mean"].append(float(tot[2] / tot[1]))
+            metrics["replay/age_max"].append(float(g[:, 3].max()))
+        metrics["fresh/abs_adv"].append(m["fresh/abs_adv"])
+        if n_rep:
+            metrics["replay/abs_adv"].append(m["replay/abs_adv"])
+        self.replay_history.append(
+            {
+                "step": step,
+                "fresh_rows": len(composed) - n_rep,
+                "replay_rows": n_rep,
+                "buffer_size": len(self.replay_buffer),
+                "inserted": inserted,
+                "replay_birth_steps": composed.birth_step[composed.is_replay].tolist(),
+                "replay_advantages": composed.advantages[composed.is_replay].tolist(),
+                "replay_completion_ids": composed.completion_ids[composed.is_replay].tolist(),
+            }
+        )
+
+    def _replay_log_clip(self, inputs: dict[str, Any], logps: torch.Tensor, is_replay: torch.Tensor) -> None:
+        """PPO-clip statistics split by fresh vs replay rows, from the log-probs TRL's loss just computed."""
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = mask.float()
+        log_ratio = logps - inputs["old_per_token_logps"]
+        if self.importance_sampling_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1).expand_as(mask)
+        ratio = torch.exp(log_ratio)
+        adv = inputs["advantages"].unsqueeze(1)
+        if self.loss_type == "cispo":
+            clipped = (ratio > self.epsilon_high) & (adv > 0)
+        else:
+            clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
+        stats = []
+        for rows in (~is_replay, is_replay):
+            m = mask * rows.unsqueeze(1).float()
+            stats += [(clipped.float() * m).sum(), (ratio * m).sum(), m.sum()]
+        tot = self.accelerator.reduce(torch.stack(stats).detach().double(), reduction="sum")
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for i, name in enumerate(("fresh", "replay")):
+            clip_sum, ratio_sum, count = tot[3 * i : 3 * i + 3].tolist()
+            if count > 0:
+                metrics[f"{name}/clip_frac"].append(clip_sum / count)
+                metrics[f"{name}/ratio_mean"].append(ratio_sum / count)
+
+
+def _is_row_value(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() >= 1
+
+
+def _cat_padded(tensors: list[torch.Tensor], left: bool, value: float) -> torch.Tensor:
+    width = max(t.shape[1] for t in tensors)
+    padded = []
+    for t in tensors:
+        extra = width - t.shape[1]
+        padded.append(torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value) if extra else t)
+    return torch.cat(padded)

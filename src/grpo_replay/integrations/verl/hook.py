@@ -1,0 +1,425 @@
+"""The replay step for verl: fresh `DataProto` (advantages and old log-probs computed) -> composed `DataProto`.
+
+Framework-light: this module needs only `verl.DataProto` (plain `pip install verl`), not Ray or the trainer.
+It converts verl's padded batch to the core's `RolloutBatch`, runs the core's `compose_batch` over the one
+`ReplayBuffer`, converts the replay rows back to verl's layout at the run's fixed widths and concatenates them
+with `DataProto.concat`. Algorithm 1 (METHOD.md) at verl global step t:
+
+  3. zero-variance filter: groups (rows sharing a verl `uid`) whose rewards are all equal are dropped from the
+     update (when `filter_zero_variance`) and are never inserted;
+  4-6. evict by age, sample by priority and compose (fresh-anchored: concatenate) via `compose_batch`;
+       replay rows keep their stored advantages, old log-probs (no recompute) and reference log-probs;
+  --   the total is trimmed to a multiple of `K * lcm(n, dp)` (K = optimizer steps per epoch of the fresh batch),
+       so the trainer can scale the mini-batch to total / K rows and no extra optimizer step appears;
+  7.   the fresh non-zero-variance rows are inserted with birth step t and a stable prompt identity
+       (a hash of the unpadded prompt token ids: verl's `uid` is a fresh uuid per step).
+
+verl batch layout at `_update_actor` (read off verl 0.9.1 `agent_loop._postprocess` and `ray_trainer.fit`):
+`prompts` (B,P) left-padded, `responses` (B,R) right-padded, `response_mask` (B,R), `input_ids` (B,P+R),
+`attention_mask` (B,P+R), `position_ids` (B,P+R), `old_log_probs` (B,R), `advantages` and `returns` (B,R; constant
+over the response for outcome estimators such as GRPO), `token_level_scores` / `token_level_rewards` (B,R; the
+reward sits on the last response token), optional `rollout_log_probs`, `ref_log_prob`, `rm_scores`,
+`rollout_is_weights`; non-tensor `uid` and whatever the dataset and agent loop add.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ...advantage import group_advantages, nonzero_variance_mask
+from ...buffer import ReplayBuffer
+from ...composition import compose_batch
+from ...config import ReplayConfig
+from ...rollout import RolloutBatch
+from ._compat import DataProto
+
+logger = logging.getLogger(__name__)
+
+# Tensor keys rebuilt for replay rows from what the buffer stores.
+REBUILT_KEYS = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "old_log_probs",
+    "rollout_log_probs",
+    "ref_log_prob",
+    "advantages",
+    "returns",
+    "token_level_scores",
+    "token_level_rewards",
+    "rm_scores",
+    "rollout_is_weights",
+)
+REQUIRED_KEYS = ("prompts", "responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
+# Keys whose per-row content cannot be reconstructed from a stored rollout: replay is refused.
+UNSUPPORTED_KEYS = ("routed_experts", "teacher_logprobs", "teacher_ids", "values")
+
+
+@dataclass(frozen=True)
+class VerlReplaySettings:
+    """Integration knobs that the core `ReplayConfig` does not have (the Hydra group holds both)."""
+
+    filter_zero_variance: bool = True
+    """Drop zero-reward-variance groups from the actor update (Algorithm 1 step 3). They are never inserted."""
+    keep_optimizer_steps: bool = True
+    """Scale the PPO mini-batch to total / K rows so the number of optimizer steps per step is unchanged.
+    False: keep verl's mini-batch size; the total is then a multiple of it and replay adds optimizer steps."""
+    seed: int = 0
+    """Seed of the buffer's sampling generator."""
+    rebalance: bool = True
+    """Re-run verl's DP sequence-length balancing over the composed batch (if `trainer.balance_batch`)."""
+
+
+@dataclass
+class ReplayPlan:
+    """What the last hook call did (the trainer reads `mini_batch_rows`; `metrics` go to the logger)."""
+
+    step: int
+    n_fresh_total: int
+    n_fresh_used: int
+    n_zero_variance: int
+    n_replay: int
+    n_total: int
+    n_inserted: int
+    mini_batch_rows: int
+    n_mini_batches: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def prompt_key(token_ids: np.ndarray) -> int:
+    """Stable 63-bit identity of a prompt: blake2b of its unpadded int64 token ids (same across steps and runs)."""
+    h = hashlib.blake2b(np.ascontiguousarray(token_ids, dtype=np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _row_rewards(batch: "DataProto") -> torch.Tensor:
+    td = batch.batch
+    for key in ("token_level_rewards", "token_level_scores", "rm_scores"):
+        if key in td.keys():
+            return td[key].float().sum(-1)
+    raise KeyError("the batch has no token_level_rewards / token_level_scores / rm_scores: rewards are unknown")
+
+
+def _group_ids(batch: "DataProto") -> torch.Tensor:
+    if "uid" not in batch.non_tensor_batch:
+        raise KeyError("the batch has no non-tensor 'uid': GRPO groups are unknown")
+    _, inv = np.unique(np.asarray(batch.non_tensor_batch["uid"]).astype(str), return_inverse=True)
+    return torch.from_numpy(inv.astype(np.int64).reshape(-1))
+
+
+def row_advantages(advantages: torch.Tensor, response_mask: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
+    """(B,) per-row advantage A_i from verl's token-level (B,R) advantages.
+
+    Outcome estimators (GRPO, RLOO, REINFORCE++-baseline, ...) broadcast one value over the response; a row whose
+    advantages vary over its response tokens (GAE) cannot be stored as a rollout with one A_i: ValueError.
+    """
+    m = response_mask.float()
+    n = m.sum(-1)
+    a = (advantages.float() * m).sum(-1) / n.clamp(min=1)
+    dev = ((advantages.float() - a[:, None]).abs() * m).amax(-1) if m.shape[1] else torch.zeros_like(a)
+    if bool((dev > atol * (1 + a.abs())).any()):
+        bad = torch.nonzero(dev > atol * (1 + a.abs())).flatten()[:5].tolist()
+        raise ValueError(
+            "verl advantages vary over the response tokens of rows "
+            f"{bad}: replay stores one advantage per rollout and supports outcome estimators (grpo, rloo, ...) only"
+        )
+    return a
+
+
+def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.ndarray]:
+    """verl fresh batch -> (RolloutBatch with is_replay False and birth step `step`, prompt keys (B,) int64)."""
+    td = batch.batch
+    missing = [k for k in REQUIRED_KEYS if k not in td.keys()]
+    if missing:
+        raise KeyError(f"the batch lacks {missing}: call the replay hook after advantages and old log-probs exist")
+    P = td["prompts"].shape[1]
+    prompt_ids = td["prompts"].long()
+    prompt_mask = td["attention_mask"][:, :P].long()
+    completion_mask = td["response_mask"].long()
+    rewards = _row_rewards(batch)
+    gids = _group_ids(batch)
+    _, std = group_advantages(rewards, gids)
+    rb = RolloutBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=td["responses"].long(),
+        completion_mask=completion_mask,
+        behaviour_logps=td["old_log_probs"].float(),
+        advantages=row_advantages(td["advantages"], completion_mask),
+        rewards=rewards,
+        group_ids=gids,
+        group_std=std,
+        birth_step=torch.full((len(batch),), int(step), dtype=torch.long),
+        is_replay=torch.zeros(len(batch), dtype=torch.bool),
+        ref_logps=td["ref_log_prob"].float() if "ref_log_prob" in td.keys() else None,
+    )
+    pids, pm = prompt_ids.cpu().numpy(), prompt_mask.cpu().numpy().astype(bool)
+    keys = np.array([prompt_key(pids[i][pm[i]]) for i in range(len(rb))], dtype=np.int64)
+    return rb, keys
+
+
+def to_dataproto(rows: RolloutBatch, template: "DataProto") -> tuple["DataProto", np.ndarray]:
+    """Replay rows -> DataProto with the template's tensor keys, dtypes and fixed widths (P, R).
+
+    Returns (DataProto, kept): rows whose prompt or completion does not fit the widths are dropped (`kept` are the
+    indices into `rows` that were converted; verl runs have fixed widths, so this happens only if they changed).
+    """
+    td = template.batch
+    keys = list(td.keys())
+    bad = [k for k in UNSUPPORTED_KEYS if k in keys]
+    if bad:
+        raise ValueError(f"replay cannot rebuild {bad} for stored rollouts (router replay / distillation / critic)")
+    if td["position_ids"].dim() != 2 or td["input_ids"].dim() != 2:
+        raise ValueError("replay supports text-only batches (2-D position_ids); multi-modal rope is not supported")
+    P, R = td["prompts"].shape[1], td["responses"].shape[1]
+    plen = rows.prompt_lengths()
+    clen = rows.completion_lengths()
+    kept = torch.nonzero((plen <= P) & (clen <= R)).flatten()
+    rows = rows.select(kept)
+    plen, clen = plen[kept], clen[kept]
+    n = len(rows)
+
+    prompts = torch.zeros(n, P, dtype=torch.long)
+    pmask = torch.zeros(n, P, dtype=torch.long)
+    responses = torch.zeros(n, R, dtype=torch.long)
+    rmask = torch.zeros(n, R, dtype=torch.long)
+    ratt = torch.zeros(n, R, dtype=torch.long)
+    logps = torch.zeros(n, R, dtype=torch.float32)
+    ref = torch.zeros(n, R, dtype=torch.float32) if rows.ref_logps is not None else None
+    for i in range(n):
+        p, c = int(plen[i]), int(clen[i])
+        real = rows.prompt_mask[i].bool()
+        prompts[i, P - p :] = rows.prompt_ids[i][real]
+        pmask[i, P - p :] = 1
+        responses[i, :c] = rows.completion_ids[i, :c]
+        rmask[i, :c] = rows.completion_mask[i, :c]
+        ratt[i, :c] = 1  # tokens before the last counted one are real (multi-turn tool tokens have mask 0)
+        logps[i, :c] = rows.behaviour_logps[i, :c]
+        if ref is not None:
+            ref[i, :c] = rows.ref_logps[i, :c]
+    attention = torch.cat([pmask, ratt], 1)
+    adv_tok = rows.advantages.float()[:, None] * rmask.float()
+    last = torch.zeros(n, R, dtype=torch.float32)
+    has = clen > 0
+    last[torch.nonzero(has).flatten(), (clen[has] - 1)] = rows.rewards.float()[has]
+    built = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": rmask,
+        "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": attention,
+        "position_ids": torch.clip(torch.cumsum(attention, -1) - 1, min=0),  # verl compute_position_id_with_mask
+        "old_log_probs": logps,
+        "rollout_log_probs": logps,  # behaviour policy at birth (bypass mode: old == rollout)
+        "advantages": adv_tok,
+        "returns": adv_tok,
+        "token_level_scores": last,
+        "token_level_rewards": last,
+        "rm_scores": last,
+        "rollout_is_weights": rmask.float(),  # replay rows get no extra importance weight (METHOD.md)
+    }
+    if "ref_log_prob" in keys:
+        if ref is None:
+            raise ValueError("the batch has ref_log_prob but the stored rollouts have none (the KL setting changed)")
+        built["ref_log_prob"] = ref
+    tensors = {}
+    unknown = []
+    for k in keys:
+        t = td[k]
+        if k in built:
+            tensors[k] = built[k].to(dtype=t.dtype)
+        else:
+            unknown.append(k)
+            tensors[k] = torch.zeros((n, *t.shape[1:]), dtype=t.dtype)
+    if unknown and n:
+        warnings.warn(f"replay rows: tensor keys {unknown} are not stored; filled with zeros", stacklevel=2)
+    non_tensors = {k: _fill_non_tensor(k, v, rows) for k, v in template.non_tensor_batch.items()}
+    meta = {k: v for k, v in template.meta_info.items() if k not in ("metrics", "global_token_num")}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta), kept.numpy()
+
+
+def _fill_non_tensor(key: str, fresh: np.ndarray, rows: RolloutBatch) -> np.ndarray:
+    n = len(rows)
+    if key == "uid":
+        # rows of one stored group share a uid (verl's prefix grouper and metrics group by it)
+        out = np.empty(n, dtype=object)
+        out[:] = [f"replay-{int(g)}" for g in rows.group_ids.tolist()]
+        return out
+    if fresh.dtype != object:
+        return np.zeros((n, *fresh.shape[1:]), dtype=fresh.dtype)
+    out = np.empty(n, dtype=object)
+    if key == "multi_modal_inputs":
+        if any(isinstance(x, dict) and x for x in fresh):
+            raise ValueError("replay supports text-only batches; multi_modal_inputs are not stored")
+        out[:] = [{} for _ in range(n)]
+    else:
+        out[:] = [None] * n
+    return out
+
+
+class ReplayHook:
+    """Owns the `ReplayBuffer` and turns a fresh verl batch into the batch for `_update_actor`.
+
+    `hook(batch, global_step, dp_size=..., mini_batch_rows=...)` returns the composed DataProto; `hook.last_plan`
+    says what it did (`mini_batch_rows` is the PPO mini-batch, in rows, that keeps the optimizer-step count).
+    """
+
+    def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
+        self.config = config or ReplayConfig()
+        self.settings = settings or VerlReplaySettings()
+        self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
+        self.last_plan: Optional[ReplayPlan] = None
+
+    @classmethod
+    def from_dict(cls, cfg: Optional[dict[str, Any]]) -> "ReplayHook":
+        config, settings = split_config(cfg)
+        return cls(config, settings)
+
+    def __call__(
+        self,
+        batch: "DataProto",
+        global_step: int,
+        *,
+        dp_size: int = 1,
+        mini_batch_rows: Optional[int] = None,
+        group_size: int = 1,
+    ) -> "DataProto":
+        """Compose the update batch. `mini_batch_rows` = verl's `ppo_mini_batch_size * rollout.n` (default: the
+        whole fresh batch, i.e. one optimizer step), `dp_size` = the actor's data-parallel size, `group_size` =
+        `rollout.n` (the scaled mini-batch stays a multiple of it)."""
+        step = int(global_step)
+        N = len(batch)
+        mb = int(mini_batch_rows or N)
+        if N % mb:
+            raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
+        K = N // mb  # optimizer steps per epoch without replay
+        if self.settings.keep_optimizer_steps:
+            unit = K * math.lcm(int(group_size), int(dp_size))
+        else:
+            unit = math.lcm(mb, int(dp_size))
+
+        fresh, pkeys = to_rollout_batch(batch, step)
+        nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy()
+        used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(N)
+        spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
+
+        # Algorithm 1 steps 4-6 through the core. The fresh rows are tagged with their batch index in group_ids
+        # (compositions never read fresh group ids) so the rows a composition keeps can be found again.
+        tagged = fresh.select(torch.from_numpy(used))
+        tagged.group_ids = torch.from_numpy(used.astype(np.int64))
+        composed = compose_batch(tagged, self.buffer, step)
+        is_rep = composed.is_replay
+        fresh_idx = composed.group_ids[~is_rep].numpy()
+        replay_rows = composed.select(torch.nonzero(is_rep).flatten())
+        replay_dp, _ = to_dataproto(replay_rows, batch)
+        n_dropped_wide = len(replay_rows) - len(replay_dp)
+
+        fresh_idx, n_replay = self._fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
+        parts = [batch.select_idxs(np.sort(fresh_idx))]
+        if n_replay:
+            parts.append(replay_dp.select_idxs(np.arange(n_replay)))
+        fresh_part = parts[0]
+        fresh_part.meta_info.pop("global_token_num", None)
+        out = DataProto.concat(parts) if len(parts) > 1 else fresh_part
+        out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
+
+        # Algorithm 1 step 7: insert this step's fresh non-zero-variance rows with birth step = global step.
+        ins = np.flatnonzero(nonzero)
+        n_ins = self.buffer.add(fresh.select(torch.from_numpy(ins)), step, prompt_keys=pkeys[ins]) if len(ins) else 0
+
+        total = len(out)
+        k_steps = K if self.settings.keep_optimizer_steps else total // mb
+        mbr = total // k_steps if self.settings.keep_optimizer_steps else mb
+        ages = (step - replay_rows.birth_step[:n_replay]).float() if n_replay else torch.zeros(0)
+        metrics = {
+            "replay/fresh_rows": float(len(fresh_idx)),
+            "replay/zero_variance_rows": float((~nonzero).sum()),
+            "replay/replay_rows": float(n_replay),
+            "replay/share": n_replay / total if total else 0.0,
+            "replay/age_mean": float(ages.mean()) if n_replay else 0.0,
+            "replay/age_max": float(ages.max()) if n_replay else 0.0,
+            "replay/dropped_too_wide": float(n_dropped_wide),
+            "replay/mini_batch_rows": float(mbr),
+            "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean()) if n_replay else 0.0,
+        }
+        metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
+        self.last_plan = ReplayPlan(
+            step=step,
+            n_fresh_total=N,
+            n_fresh_used=len(fresh_idx),
+            n_zero_variance=int((~nonzero).sum()),
+            n_replay=n_replay,
+            n_total=total,
+            n_inserted=n_ins,
+            mini_batch_rows=mbr,
+            n_mini_batches=k_steps,
+            metrics=metrics,
+        )
+        return out
+
+    @staticmethod
+    def _fit_to_unit(
+        fresh_idx: np.ndarray, spare: np.ndarray, n_replay: int, adv: torch.Tensor, unit: int, N: int
+    ) -> tuple[np.ndarray, int]:
+        """Make fresh + replay a positive multiple of `unit`, touching replay rows first.
+
+        Order: drop replay rows down to the multiple below; else pad up with zero-variance fresh rows (A = 0,
+        on-policy); else drop the fresh rows of smallest |A_i|; if nothing is left, use the whole fresh batch
+        (N is a multiple of unit by construction)."""
+        total = len(fresh_idx) + n_replay
+        r = total % unit
+        if r == 0 and total > 0:
+            return fresh_idx, n_replay
+        down = total - r
+        if n_replay >= r and down > 0:
+            return fresh_idx, n_replay - r
+        need = unit - r
+        if len(spare) >= need:
+            return np.concatenate([fresh_idx, spare[:need]]), n_replay
+        if down > 0:  # drop all replay, then the smallest-|A| fresh rows
+            excess = r - n_replay
+            order = np.argsort(adv[fresh_idx].abs().numpy(), kind="stable")
+            keep = np.sort(order[excess:])
+            return fresh_idx[keep], 0
+        return np.arange(N), 0
+
+    # --- persistence (the buffer is the only state) -----------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(state)
+
+    def save(self, path) -> None:
+        self.buffer.save(path)
+
+    def load(self, path) -> None:
+        self.buffer = ReplayBuffer.load(path, self.config)
+
+
+SETTINGS_FIELDS = tuple(VerlReplaySettings.__dataclass_fields__)
+CONFIG_FIELDS = tuple(ReplayConfig.__dataclass_fields__)
+
+
+def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlReplaySettings]:
+    """Hydra `replay` group (a plain dict; `preset` optional) -> (ReplayConfig, VerlReplaySettings).
+
+    Unknown keys are an error, so a typo fails before any compute."""
+    cfg = dict(cfg or {})
+    preset = cfg.pop("preset", None) or "paper"
+    unknown = sorted(set(cfg) - set(CONFIG_FIELDS) - set(SETTINGS_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown replay config keys {unknown}; allowed: {sorted(CONFIG_FIELDS + SETTINGS_FIELDS)}")
+    config = ReplayConfig.from_preset(preset, **{k: v for k, v in cfg.items() if k in CONFIG_FIELDS})
+    settings = VerlReplaySettings(**{k: v for k, v in cfg.items() if k in SETTINGS_FIELDS})
+    return config, settings

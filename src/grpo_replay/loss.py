@@ -1,0 +1,109 @@
+"""The replay-aware GRPO policy loss: PPO-clip over a composed batch with stored behaviour log-probs.
+
+ratio = exp(log pi_theta - log pi_behaviour) per token, where pi_behaviour is the policy that generated the
+row (for a replayed row: the policy at its birth step). METHOD.md: ordinary clipping, no extra importance
+weight; age eviction is what bounds the ratio's drift.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .registry import Registry
+from .rollout import RolloutBatch
+
+AggregationFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation")
+
+
+@AGGREGATIONS.register("token_mean")
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Sum over all counted tokens / their number (DAPO): long completions weigh by their length."""
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
+
+
+@AGGREGATIONS.register("seq_mean")
+def seq_mean(per_token: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Mean over rows of each row's token mean (original GRPO)."""
+    per_row = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)  # (B,)
+    return per_row.mean()
+
+
+@AGGREGATIONS.register("dr_grpo")
+def dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Sum over counted tokens / (rows * max_len) (Dr.GRPO): a constant normaliser, no length bias."""
+    return (per_token * mask).sum() / (per_token.shape[0] * max_len)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """PPO-clip settings (METHOD.md defaults)."""
+
+    eps_low: float = 0.2
+    """Lower clip: ratio >= 1 - eps_low."""
+    eps_high: float = 0.28
+    """Upper clip (clip-higher): ratio <= 1 + eps_high."""
+    dual_clip_c: Optional[float] = 10.0
+    """Dual clip for negative advantages: per-token loss <= c * |A|; None disables. Must be > 1."""
+    aggregation: str = "token_mean"
+    """token_mean | seq_mean | dr_grpo."""
+    beta: float = 0.0
+    """KL coefficient to the reference policy (k3 estimator); 0 = no KL term, no reference model needed."""
+    max_completion_length: Optional[int] = None
+    """Normaliser for dr_grpo; defaults to the batch's completion width."""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> None:
+            raise ValueError(f"LossConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+        if not 0 <= self.eps_low < 1:
+            bad("eps_low", "0 <= eps_low < 1")
+        if self.eps_high < 0:
+            bad("eps_high", ">= 0")
+        if self.dual_clip_c is not None and self.dual_clip_c <= 1:
+            bad("dual_clip_c", "a number > 1 or None")
+        if self.aggregation not in AGGREGATIONS:
+            bad("aggregation", ", ".join(AGGREGATIONS.names()))
+        if self.beta < 0:
+            bad("beta", ">= 0")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            bad("max_completion_length", "an integer >= 1 or None")
+
+
+def ppo_clip_loss(
+    logps: torch.Tensor, batch: RolloutBatch, cfg: LossConfig = LossConfig()
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss over a composed batch and per-token diagnostics.
+
+    logps: (B, C) log pi_theta of batch.completion_ids (with grad). Returns (scalar loss, stats) where stats
+    holds (B, C) tensors `ratio`, `clipped` (bool: the clip was active), `mask` and, if beta > 0, `kl`.
+    """
+    mask = batch.completion_mask.to(logps.dtype)  # (B, C)
+    old = batch.behaviour_logps.to(logps.dtype)  # (B, C)
+    adv = batch.advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
+    log_ratio = (logps - old) * mask  # (B, C); zero at padding keeps exp() finite there
+    ratio = torch.exp(log_ratio)  # (B, C)
+    clipped_ratio = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # (B, C)
+    loss1 = -adv * ratio  # (B, C)
+    loss2 = -adv * clipped_ratio  # (B, C)
+    per_token = torch.maximum(loss1, loss2)  # (B, C) pessimistic PPO bound
+    clipped = loss2 > loss1  # (B, C)
+    if cfg.dual_clip_c is not None:
+        # For A < 0 a huge ratio makes -A*ratio unbounded; cap the loss at -c*A (Ye et al. 2020).
+        cap = -adv * cfg.dual_clip_c  # (B, 1)
+        dual = (adv < 0) & (per_token > cap)  # (B, C)
+        per_token = torch.where(dual, cap.expand_as(per_token), per_token)
+        clipped = clipped | dual
+    stats = {"ratio": ratio.detach(), "clipped": clipped & mask.bool(), "mask": mask.bool()}
+    if cfg.beta > 0:
+        if batch.ref_logps is None:
+            raise ValueError("LossConfig.beta > 0 needs batch.ref_logps (reference log-probs)")
+        d = batch.ref_logps.to(logps.dtype) - logps  # (B, C)
+        kl = torch.exp(d) - d - 1  # (B, C) k3 estimator, >= 0
+        per_token = per_token + cfg.beta * kl
+        stats["kl"] = kl.detach()
+    max_len = cfg.max_completion_length or mask.shape[1]
+    loss = AGGREGATIONS.get(cfg.aggregation)(per_token, mask, max_len)
+    return loss, stats

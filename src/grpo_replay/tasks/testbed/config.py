@@ -1,0 +1,157 @@
+"""Configuration of the embedded CPU testbed (task + tiny model + supervised warm start)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Bump when the task format, tokenizer or warm-start procedure changes in a way that
+#: invalidates cached checkpoints.
+CACHE_FORMAT_VERSION = "testbed-v1"
+
+#: Fields that do not affect the cached warm-start checkpoint (excluded from the cache hash).
+_NON_HASHED_FIELDS = frozenset({"cache_dir", "progress_every"})
+
+
+@dataclass
+class TestbedConfig:
+    """Everything that defines the testbed task, the tiny model and its warm start.
+
+    The cache key of the warm-start checkpoint is a hash of all fields except ``cache_dir``
+    and ``progress_every``.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    # ----------------------------------------------------------------- task
+    digits_min: int = 1
+    """Smallest number of digits of an operand."""
+    digits_max: int = 4
+    """Largest number of digits of an operand (difficulty levels are ``digits_min..digits_max``)."""
+    difficulty_weights: tuple[float, ...] = (0.10, 0.20, 0.35, 0.35)
+    """Sampling weight of each two-operand level ``digits_min..digits_max`` (level = number of
+    digits of the longest operand); normalised together with ``three_operand_prob``."""
+    three_operand_prob: float = 0.0
+    """Probability of a three-operand item (``a+b+c=``, operands up to ``three_operand_digits``
+    digits); such items get difficulty ``digits_max + 1``.  0 disables them."""
+    three_operand_digits: int = 2
+    """Largest operand length of the three-operand items."""
+    working_prob: tuple[float, ...] = (0.1, 0.3, 0.5, 0.6, 0.6)
+    """Probability that a supervised target contains the scratchpad, per difficulty level
+    (index 0 = easiest level; the last value is reused for higher levels)."""
+    require_eos: bool = False
+    """If True, ``reward`` gives 0 to completions whose text lacks the EOS token (truncated).
+    Leave False when completions are decoded with ``skip_special_tokens=True``."""
+    heldout_mod: int = 16
+    """Held-out split: a prompt (of level >= 2) is held out iff its hash is 0 mod this; training
+    draws reject held-out prompts."""
+    max_new_tokens: int = 24
+    """Generation budget for completions (longest valid completion is ~2*digits+4 tokens)."""
+
+    # ---------------------------------------------------------------- model
+    model_type: str = "llama"
+    """``"llama"`` (LlamaConfig) or ``"qwen2"`` (Qwen2Config)."""
+    hidden_size: int = 128
+    """Model width."""
+    num_layers: int = 2
+    """Number of transformer blocks."""
+    num_heads: int = 4
+    """Attention heads (key/value heads are the same: no GQA)."""
+    intermediate_size: int = 384
+    """MLP width."""
+    max_position_embeddings: int = 64
+    """Longest sequence (prompt + completion) the model supports."""
+
+    # ----------------------------------------------------------- warm start
+    warmstart_max_steps: int = 1500
+    """Upper bound on supervised optimizer steps."""
+    warmstart_lr: float = 2e-3
+    """AdamW peak learning rate (constant after a short linear warm-up)."""
+    warmstart_batch: int = 64
+    """Supervised batch size (sequences)."""
+    warmstart_weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmstart_eval_every: int = 25
+    """Evaluate the sampled pass rate every this many steps."""
+    warmstart_eval_problems: int = 256
+    """Number of held-out problems used to measure the sampled pass rate for selection."""
+    warmstart_min_steps: int = 50
+    """Do not select checkpoints before this step."""
+    target_pass_low: float = 0.10
+    """Lower end of the target sampled pass-rate window."""
+    target_pass_high: float = 0.25
+    """Upper end of the target sampled pass-rate window."""
+    warmstart_max_seconds: float = 90.0
+    """Wall-clock cap on the supervised loop (the closest checkpoint so far is kept)."""
+    seed: int = 0
+    """Seed of the warm start (data order, initialisation, evaluation sampling)."""
+
+    # ------------------------------------------------------------------ misc
+    cache_dir: str | None = None
+    """Cache root; default ``$GRPO_REPLAY_CACHE/testbed`` or ``~/.cache/grpo-replay/testbed``.
+    The checkpoint lives in ``<root>/<config hash>/``."""
+    progress_every: int = 0
+    """(Not hashed) print progress every N evaluations when progress is on (0 = each eval)."""
+
+    # --------------------------------------------------------------- helpers
+    @property
+    def levels(self) -> list[int]:
+        """All difficulty levels that can be sampled."""
+        lv = list(range(self.digits_min, self.digits_max + 1))
+        if self.three_operand_prob > 0:
+            lv.append(self.digits_max + 1)
+        return lv
+
+    def working_prob_for(self, difficulty: int) -> float:
+        i = min(max(difficulty - self.digits_min, 0), len(self.working_prob) - 1)
+        return float(self.working_prob[i])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def cache_key(self) -> str:
+        d = {k: v for k, v in self.to_dict().items() if k not in _NON_HASHED_FIELDS}
+        d["__version__"] = CACHE_FORMAT_VERSION
+        blob = json.dumps(d, sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def cache_root(self) -> Path:
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        env = os.environ.get("GRPO_REPLAY_CACHE")
+        if env:
+            return Path(env).expanduser() / "testbed"
+        return Path("~/.cache/grpo-replay/testbed").expanduser()
+
+    def cache_path(self) -> Path:
+        return self.cache_root() / self.cache_key()
+
+    @classmethod
+    def tiny(cls, **overrides) -> "TestbedConfig":
+        """A very small config for unit tests (seconds on one core)."""
+        base = dict(
+            digits_max=2, difficulty_weights=(0.5, 0.5), hidden_size=32, num_layers=1,
+            num_heads=2, intermediate_size=64, warmstart_max_steps=30, warmstart_batch=16,
+            warmstart_eval_every=10, warmstart_eval_problems=32, warmstart_min_steps=0,
+            max_new_tokens=12,
+        )
+        base.update(overrides)
+        return cls(**base)
+
+
+def _validate(cfg: TestbedConfig) -> None:
+    if not 1 <= cfg.digits_min <= cfg.digits_max <= 9:
+        raise ValueError("need 1 <= digits_min <= digits_max <= 9")
+    if len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
+        raise ValueError("difficulty_weights needs one weight per level digits_min..digits_max")
+    if cfg.model_type not in ("llama", "qwen2"):
+        raise ValueError("model_type must be 'llama' or 'qwen2'")
+    if not 0.0 <= cfg.target_pass_low <= cfg.target_pass_high <= 1.0:
+        raise ValueError("bad target pass-rate window")
+
+
+__all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION"]

@@ -1,0 +1,195 @@
+"""Synthetic verifiable task: multi-digit addition of mixed difficulty with an optional scratchpad.
+
+Prompt ``"37+485="``; a completion is either the bare answer ``"522"`` or a scratchpad in
+brackets followed by the answer, ``"[225]522"``; it ends with ``<eos>``.  The scratchpad holds
+the digits of the sum least-significant first (the order in which carries resolve), which a
+small causal LM learns far more easily than the most-significant-first answer; copying it
+back reversed is then easy.  So the working helps on long operands and makes responses
+longer: response length is a meaningful observable, as in math RLVR.
+
+Reward: 1.0 iff the text after the last ``]`` (or the whole text if there is no scratchpad),
+cut at the first ``<eos>``, is a decimal integer equal to the true sum.  The scratchpad itself
+is not checked (only the final answer is verified).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import TestbedConfig, _validate
+from .tokenizer import BOS, EOS, PAD, build_tokenizer
+
+WORK_OPEN, WORK_CLOSE = "[", "]"
+_ANSWER_RE = re.compile(r"\d{1,30}")
+
+
+@dataclass(frozen=True)
+class TestbedProblem:
+    """One prompt of the testbed task (``grpo_replay.data.Problem``-like)."""
+
+    __test__ = False
+
+    id: str
+    """Stable id (the expression, e.g. ``"37+485"``); the same problem always has the same id."""
+    prompt: str
+    """Model input text, e.g. ``"37+485="`` (the tokenizer adds ``<bos>``)."""
+    answer: str
+    """The true sum as a decimal string."""
+    difficulty: int
+    """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands."""
+
+    @property
+    def operands(self) -> list[int]:
+        return [int(x) for x in self.id.split("+")]
+
+
+def make_problem(operands: list[int], difficulty: int | None = None) -> TestbedProblem:
+    expr = "+".join(str(int(x)) for x in operands)
+    if difficulty is None:
+        difficulty = max(len(str(int(x))) for x in operands)
+    return TestbedProblem(id=expr, prompt=expr + "=", answer=str(sum(operands)), difficulty=difficulty)
+
+
+def target_completion(problem: TestbedProblem, working: bool) -> str:
+    """Supervised target text (without the trailing EOS token)."""
+    if working:
+        return WORK_OPEN + problem.answer[::-1] + WORK_CLOSE + problem.answer
+    return problem.answer
+
+
+def _clean(text: str) -> str:
+    """Cut at the first EOS and drop pad/bos markers and whitespace."""
+    text = text.split(EOS, 1)[0]
+    return text.replace(PAD, "").replace(BOS, "").strip()
+
+
+def extract_answer(completion_text: str) -> str | None:
+    """Final answer of a completion, or None when malformed.
+
+    The answer is what follows the last ``]`` (the whole text without a scratchpad), up to the
+    first ``<eos>``; it must be a decimal integer (surrounding whitespace ignored).  An unclosed
+    ``[`` means no answer.
+    """
+    text = _clean(completion_text)
+    if WORK_CLOSE in text:
+        text = text.rsplit(WORK_CLOSE, 1)[1]
+    elif WORK_OPEN in text:
+        return None
+    text = text.strip()
+    if not _ANSWER_RE.fullmatch(text):
+        return None
+    return text
+
+
+def uses_working(completion_text: str) -> bool:
+    """Whether the completion (before EOS) opens a scratchpad."""
+    return WORK_OPEN in _clean(completion_text)
+
+
+def _stable_hash(s: str) -> int:
+    return zlib.crc32(s.encode())
+
+
+class TestbedTask:
+    """The addition task: problem sampling, held-out split, reward and the tokenizer."""
+
+    __test__ = False
+
+    def __init__(self, cfg: TestbedConfig | None = None, tokenizer=None):
+        self.cfg = cfg or TestbedConfig()
+        _validate(self.cfg)
+        self.tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
+        self.tokenizer.padding_side = "left"
+        w = list(self.cfg.difficulty_weights)
+        if self.cfg.three_operand_prob > 0:
+            w = [x * (1.0 - self.cfg.three_operand_prob) / sum(w) for x in w]
+            w.append(self.cfg.three_operand_prob)
+        self.levels = self.cfg.levels
+        self.level_probs = np.asarray(w, dtype=float) / float(sum(w))
+
+    # ------------------------------------------------------------ sampling
+    @property
+    def three_operand_level(self) -> int:
+        return self.cfg.digits_max + 1
+
+    def _draw(self, rng: np.random.Generator, level: int) -> TestbedProblem:
+        cfg = self.cfg
+        if cfg.three_operand_prob > 0 and level == self.three_operand_level:
+            k = cfg.three_operand_digits
+            lens = [k] + list(rng.integers(1, k + 1, size=2))
+            level_ = level
+        else:
+            lens = [level, int(rng.integers(cfg.digits_min, level + 1))]
+            level_ = level
+        rng.shuffle(lens)
+        ops = [_rand_with_digits(rng, int(n)) for n in lens]
+        return make_problem(ops, level_)
+
+    def is_heldout(self, problem: TestbedProblem) -> bool:
+        """Deterministic split by prompt hash; level-1 items (only 100 exist) are never held out."""
+        if problem.difficulty <= 1:
+            return False
+        return _stable_hash(problem.id) % self.cfg.heldout_mod == 0
+
+    def _sample(self, rng: np.random.Generator, n: int, heldout: bool) -> list[TestbedProblem]:
+        out: list[TestbedProblem] = []
+        levels = rng.choice(len(self.levels), size=n, p=self.level_probs)
+        for li in levels:
+            lvl = self.levels[int(li)]
+            while True:
+                p = self._draw(rng, lvl)
+                if lvl <= 1 or self.is_heldout(p) == heldout:
+                    break
+            out.append(p)
+        return out
+
+    def sample_problems(self, rng: np.random.Generator, n: int) -> list[TestbedProblem]:
+        """``n`` training problems from the difficulty mixture (held-out prompts excluded)."""
+        return self._sample(rng, n, heldout=False)
+
+    def heldout(self, n: int = 512, seed: int = 12345) -> list[TestbedProblem]:
+        """A fixed held-out set (same ``n``/``seed`` -> same list), disjoint from training draws
+        for levels >= 2, drawn from the same difficulty mixture."""
+        return self._sample(np.random.default_rng(seed), n, heldout=True)
+
+    # ------------------------------------------------------------- scoring
+    def reward(self, completion_text: str, problem: TestbedProblem) -> float:
+        """1.0 iff the final answer equals the true sum (see :func:`extract_answer`)."""
+        if self.cfg.require_eos and EOS not in completion_text:
+            return 0.0
+        ans = extract_answer(completion_text)
+        if ans is None:
+            return 0.0
+        return 1.0 if int(ans) == int(problem.answer) else 0.0
+
+    extract_answer = staticmethod(extract_answer)
+    uses_working = staticmethod(uses_working)
+    target_completion = staticmethod(target_completion)
+
+    def sft_example(self, problem: TestbedProblem, rng: np.random.Generator) -> str:
+        """Supervised target for the warm start: with the scratchpad with probability
+        ``cfg.working_prob`` of the problem's level."""
+        working = rng.random() < self.cfg.working_prob_for(problem.difficulty)
+        return target_completion(problem, bool(working))
+
+    def max_completion_chars(self) -> int:
+        """Length of the longest valid completion with a scratchpad, plus EOS."""
+        k = self.cfg.three_operand_digits if self.cfg.three_operand_prob > 0 else 0
+        top = max(2 * (10**self.cfg.digits_max - 1), 3 * (10**k - 1))
+        n = len(str(top))
+        return 2 * n + 3
+
+
+def _rand_with_digits(rng: np.random.Generator, n: int) -> int:
+    lo = 0 if n == 1 else 10 ** (n - 1)
+    return int(rng.integers(lo, 10**n))
+
+
+__all__ = [
+    "TestbedProblem", "TestbedTask", "make_problem", "target_completion",
+    "extract_answer", "uses_working",
+]

@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, split_metrics, ppo_clip_loss
+from helpers import make_batch
+
+
+def _filled(cfg, n_groups=8, seed=0):
+    buf = ReplayBuffer(cfg, seed=seed)
+    for t in range(3):
+        buf.add(make_batch(n_groups, 4, step=t, seed=t), t)
+    return buf
+
+
+@pytest.mark.parametrize("n_fresh_groups", [1, 3, 8])
+def test_fresh_anchored_sizes(n_fresh_groups):
+    buf = _filled(ReplayConfig(warmup_steps=0))
+    fresh = make_batch(n_fresh_groups, 4, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3)
+    n = len(fresh)
+    assert len(out) == n + round(0.5 * n)
+    assert (~out.is_replay).sum() == n and out.is_replay.sum() == round(0.5 * n)
+    assert torch.equal(out.advantages[:n], fresh.advantages)  # every fresh row kept, in order
+
+
+@pytest.mark.parametrize("preset", ["uniform_pool", "sigma_pool"])
+def test_pool_keeps_total_fixed(preset):
+    buf = _filled(ReplayConfig.from_preset(preset, warmup_steps=0))
+    fresh = make_batch(8, 4, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3)
+    assert len(out) == len(fresh)
+    n_rep = int(out.is_replay.sum())
+    assert n_rep >= round(32 * 0.5 / 1.5) and n_rep % 4 == 0  # whole groups, may overshoot to a group boundary
+
+
+def test_pool_rollout_granularity_exact():
+    buf = _filled(ReplayConfig(composition="pool", warmup_steps=0))
+    fresh = make_batch(6, 4, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3)
+    assert len(out) == 24 and int(out.is_replay.sum()) == 8
+
+
+def test_warmup_and_grpo_compose_fresh_only():
+    fresh = make_batch(4, 4, step=1, seed=9)
+    assert len(compose_batch(fresh, _filled(ReplayConfig(warmup_steps=5)), 1)) == len(fresh)
+    assert compose_batch(fresh, _filled(ReplayConfig.grpo(warmup_steps=0)), 1).is_replay.sum() == 0
+
+
+def test_padding_and_metrics():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0), seed=0)
+    buf.add(make_batch(4, 4, step=0, seed=1, max_prompt=9, max_completion=12), 0)
+    fresh = make_batch(4, 4, step=2, seed=2, max_prompt=3, max_completion=4)
+    out = compose_batch(fresh, buf, 2)
+    P, C = out.prompt_ids.shape[1], out.completion_ids.shape[1]
+    assert P >= 3 and C >= 4
+    assert (out.prompt_mask[:, -1] == 1).all()  # prompts left-padded: last column always real
+    assert (out.completion_mask[:, 0] == 1).all()  # completions right-padded
+    assert (out.age(2)[out.is_replay] == 2).all() and (out.age(2)[~out.is_replay] == 0).all()
+    loss, stats = ppo_clip_loss(out.behaviour_logps.clone(), out)
+    m = split_metrics(out, 2, stats)
+    assert m["fresh/count"] == 16 and m["replay/count"] == 8 and m["replay/share"] == pytest.approx(1 / 3)
+    assert m["replay/age_hist"] == [0, 0, 8] and m["replay/ratio_mean"] == pytest.approx(1.0)
+    assert m["fresh/clip_frac"] == 0.0
+
+
+def test_concat_rejects_mixed_ref():
+    a = make_batch(1, 2, with_ref=True)
+    b = make_batch(1, 2, with_ref=False)
+    with pytest.raises(ValueError, match="ref_logps"):
+        RolloutBatch.concat([a, b])

@@ -1,0 +1,49 @@
+import pytest
+
+from grpo_replay import PRESETS, ReplayConfig
+
+
+def test_defaults_are_the_papers():
+    c = ReplayConfig()
+    assert (c.tau_max, c.replay_ratio, c.alpha, c.eps) == (10, 0.5, 0.5, 1e-6)
+    assert (c.priority, c.composition, c.granularity) == ("abs_advantage", "fresh_anchored", "rollout")
+    assert (c.warmup_steps, c.capacity, c.replacement) == (20, 30_000, False)
+    assert ReplayConfig.paper() == c
+
+
+def test_presets():
+    assert not ReplayConfig.grpo().enabled
+    u = ReplayConfig.uniform_pool()
+    assert (u.priority, u.composition, u.granularity) == ("uniform", "pool", "group")
+    s = ReplayConfig.sigma_pool()
+    assert (s.priority, s.composition, s.granularity) == ("group_std", "pool", "group")
+    for name in PRESETS:
+        assert ReplayConfig.from_preset(name) == getattr(ReplayConfig, name)()
+    assert ReplayConfig.from_preset("paper", tau_max=3).tau_max == 3
+
+
+@pytest.mark.parametrize(
+    "field,value,allowed",
+    [
+        ("tau_max", -1, "integer >= 0"),
+        ("replay_ratio", -0.1, ">= 0"),
+        ("alpha", -1.0, ">= 0"),
+        ("eps", 0.0, "> 0"),
+        ("priority", "td_error", "abs_advantage, group_std, uniform"),
+        ("composition", "mix", "fresh_anchored, pool"),
+        ("granularity", "token", "rollout, group"),
+        ("warmup_steps", -2, ">= 0"),
+        ("capacity", 0, ">= 1"),
+        ("replacement", "yes", "true or false"),
+        ("tau_max", 2.5, "integer"),
+    ],
+)
+def test_invalid_config_names_field_and_allowed(field, value, allowed):
+    with pytest.raises(ValueError) as e:
+        ReplayConfig(**{field: value})
+    assert f"ReplayConfig.{field}" in str(e.value) and allowed in str(e.value)
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="allowed: paper, grpo, uniform_pool, sigma_pool"):
+        ReplayConfig.from_preset("best")
