@@ -1,0 +1,1 @@
+"""Verifiable tasks: the embedded testbed (synthetic addition) and math (math-verify)."""

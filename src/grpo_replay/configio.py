@@ -1,0 +1,170 @@
+"""Nested-dataclass configuration: defaults < YAML file < command line, validated before any compute.
+
+Keys are dotted paths into the dataclass tree (`steps`, `replay.tau_max`, `loss.eps_high`). Values are
+parsed as YAML scalars and type-checked against the field annotation; an unknown key suggests the closest
+known one; a wrong type names the field and the expected type.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass (CleanRL style), by field name."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name):
+            if isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
+                docs[a.target.id] = " ".join(str(b.value.value).split())
+    return docs
+
+
+def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
+    """dotted key -> (annotation, doc) for every leaf field of a nested dataclass."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    out: dict[str, tuple[Any, str]] = {}
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            out.update(flat_fields(t, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = (t, docs.get(f.name, ""))
+    return out
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {p} must hold a mapping of keys to values, got {type(data).__name__}")
+    return flatten(data)
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def check_value(key: str, value: Any, annotation: Any) -> Any:
+    """Return value coerced to the annotation (int -> float, list -> tuple) or raise ConfigError."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return check_value(key, value, a)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{key}={value!r} has the wrong type; expected {_type_name(annotation)}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(map(str, args))}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}={value!r} has the wrong type; expected a list")
+        inner = args[0] if args else Any
+        return tuple(check_value(key, v, inner) for v in value)
+    if annotation is Any:
+        return value
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{key}={value!r} has the wrong type; expected {_type_name(annotation)}")
+
+
+def _type_name(t: Any) -> str:
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(t))
+    if t is type(None):
+        return "null"
+    if origin is tuple:
+        return "a list"
+    return getattr(t, "__name__", str(t))
+
+
+def validate_keys(overrides: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+    for key in overrides:
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def build(cls: type, flat: Mapping[str, Any], prefix: str = "") -> Any:
+    """Instantiate a nested dataclass from dotted, already type-checked values (defaults elsewhere)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            kwargs[f.name] = build(t, flat, key + ".")
+        elif key in flat:
+            kwargs[f.name] = flat[key]
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)

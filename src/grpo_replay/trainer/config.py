@@ -1,0 +1,176 @@
+"""`TrainConfig`: the single source of truth for a training run (built-in trainer and `--backend trl`).
+
+Precedence: field defaults < `--preset` (replay fields) < YAML file (`--config`) < command-line flags.
+The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --config` accepts it back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from .. import configio
+from ..config import PRESETS, ReplayConfig
+from ..loss import LossConfig
+from ..tasks.testbed.config import TestbedConfig
+
+REWARDS = ("testbed", "math")
+BACKENDS = ("builtin", "trl")
+GENERATORS = ("transformers", "vllm")
+
+
+@dataclass
+class TrainConfig:
+    """One GRPO + replay training run. Defaults: the embedded testbed with the paper's method."""
+
+    preset: str = "paper"
+    """Replay preset applied before any replay.* override: paper | grpo | uniform_pool | sigma_pool."""
+    seed: int = 0
+    """Seed of prompt sampling, generation, the replay buffer and the warm start."""
+    steps: int = 150
+    """Training steps (one optimizer update each)."""
+    prompts_per_step: int = 32
+    """Fresh prompts per step."""
+    group_size: int = 8
+    """Rollouts per prompt (G)."""
+    lr: float = 2e-4
+    """AdamW learning rate (the paper uses 1e-6 for 0.6B-4B models; the tiny testbed model needs more)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    temperature: float = 1.0
+    """Sampling temperature of the behaviour policy; log-probs are computed at the same temperature."""
+    max_new_tokens: int = 0
+    """Completion budget in tokens; 0 = the task's default (testbed.max_new_tokens, or 1024 for math)."""
+    micro_batch_size: int = 0
+    """Rows per forward/backward pass during the update (gradient accumulation); 0 = whole batch."""
+    advantage_scale: str = "group"
+    """group: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)."""
+    eval_every: int = 25
+    """Evaluate on the held-out set every this many steps (and at the start and end); 0 = start and end only."""
+    eval_problems: int = 256
+    """Held-out problems per evaluation."""
+    eval_samples: int = 4
+    """Sampled completions per held-out problem (mean@n, pass@k); greedy accuracy is measured too."""
+    checkpoint_every: int = 50
+    """Write a resumable checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept."""
+    max_bad_steps: int = 5
+    """Stop (with a checkpoint) after this many consecutive steps with a NaN/inf loss; such steps are skipped."""
+    reward_timeout: float = 10.0
+    """Seconds a reward call may take before it is scored 0 and counted."""
+    out_dir: str = "runs/{preset}-seed{seed}"
+    """Run directory ({preset} and {seed} are filled in). An existing run there is resumed."""
+    device: str = "auto"
+    """auto (cuda if available) | cpu | cuda."""
+    backend: str = "builtin"
+    """builtin (this trainer) | trl (ReplayGRPOTrainer)."""
+    generator: str = "transformers"
+    """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra)."""
+    model: Optional[str] = None
+    """Local path or hub id of a causal LM; None = the embedded testbed's warm-started tiny model."""
+    data: Optional[str] = None
+    """Training prompts: a JSONL file, a directory, or a Hugging Face dataset name (with --model)."""
+    reward: str = "testbed"
+    """testbed (the synthetic task's exact-match reward) | math (math-verify grading of a \\boxed{} answer)."""
+    heldout_data: Optional[str] = None
+    """Held-out prompts for the math task (default: the last eval_problems rows of --data)."""
+    progress: bool = True
+    """Show a progress bar."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
+    testbed: TestbedConfig = field(default_factory=TestbedConfig)
+    """The embedded testbed (task, tiny model, warm start)."""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> None:
+            raise configio.ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+        if self.preset not in PRESETS:
+            bad("preset", ", ".join(PRESETS))
+        for name in ("steps", "prompts_per_step", "eval_problems", "eval_samples", "max_bad_steps"):
+            if getattr(self, name) < 1:
+                bad(name, "an integer >= 1")
+        if self.group_size < 2:
+            bad("group_size", "an integer >= 2 (advantages are relative to the group)")
+        for name in ("lr_warmup_steps", "max_new_tokens", "micro_batch_size", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                bad(name, "an integer >= 0")
+        if self.keep_checkpoints < 1:
+            bad("keep_checkpoints", "an integer >= 1")
+        if not self.lr > 0:
+            bad("lr", "a number > 0")
+        if not self.temperature > 0:
+            bad("temperature", "a number > 0")
+        if self.max_grad_norm < 0 or self.weight_decay < 0 or self.reward_timeout <= 0:
+            bad("max_grad_norm" if self.max_grad_norm < 0 else "weight_decay" if self.weight_decay < 0 else "reward_timeout", ">= 0")
+        if self.advantage_scale not in ("group", "none"):
+            bad("advantage_scale", "group, none")
+        if self.device not in ("auto", "cpu", "cuda"):
+            bad("device", "auto, cpu, cuda")
+        if self.backend not in BACKENDS:
+            bad("backend", ", ".join(BACKENDS))
+        if self.generator not in GENERATORS:
+            bad("generator", ", ".join(GENERATORS))
+        if self.reward not in REWARDS:
+            bad("reward", ", ".join(REWARDS))
+        if self.reward == "math" and not self.data:
+            raise configio.ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
+        if self.reward == "testbed" and (self.model or self.data):
+            raise configio.ConfigError(
+                "TrainConfig.model / TrainConfig.data are for real models; set reward='math' (--reward math) with them"
+            )
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir.format(preset=self.preset, seed=self.seed))
+
+    def completion_budget(self) -> int:
+        if self.max_new_tokens:
+            return self.max_new_tokens
+        return self.testbed.max_new_tokens if self.reward == "testbed" else 1024
+
+    def to_dict(self) -> dict[str, Any]:
+        return configio.to_dict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(_plain(self.to_dict()), sort_keys=False)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+FIELDS = configio.flat_fields(TrainConfig)
+
+
+def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:
+    """Build a validated TrainConfig from a YAML file and dotted overrides (CLI wins over YAML).
+
+    The preset fills replay.* first; explicit replay.* keys override it.
+    """
+    flat: dict[str, Any] = {}
+    if yaml_path:
+        flat.update(configio.load_yaml(yaml_path))
+    flat.update(overrides or {})
+    configio.validate_keys(flat, FIELDS)
+    checked = {k: configio.check_value(k, v, FIELDS[k][0]) for k, v in flat.items()}
+    preset = checked.get("preset", "paper")
+    if preset not in PRESETS:
+        raise configio.ConfigError(f"TrainConfig.preset={preset!r} is invalid; allowed: {', '.join(PRESETS)}")
+    base = ReplayConfig.from_preset(preset).to_dict()
+    for k, v in base.items():
+        checked.setdefault(f"replay.{k}", v)
+    return configio.build(TrainConfig, checked)

@@ -1,0 +1,144 @@
+"""Sampling completions and scoring tokens: the two places the trainer touches the model.
+
+`generate` samples G completions per prompt with behaviour-policy settings (temperature, no top-k/top-p,
+so the log-probs below are exactly the sampling distribution's). `token_logps` computes log pi(token) of
+completions given prompts in one forward pass. Both take left-padded prompts and right-padded completions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+
+@dataclass
+class Generation:
+    prompt_ids: torch.Tensor  # (B*G, P) long, left-padded, rows i*G..i*G+G-1 belong to prompt i
+    prompt_mask: torch.Tensor  # (B*G, P) long
+    completion_ids: torch.Tensor  # (B*G, C) long, right-padded
+    completion_mask: torch.Tensor  # (B*G, C) long: 1 up to and including the first EOS
+    texts: list[str]  # decoded completions, cut at the first EOS
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    tokenizer.padding_side = "left"
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """(N, C) long: 1 for tokens up to and including the first EOS (all tokens if there is none).
+
+    Computed from the first EOS rather than from pad ids because many tokenizers use one id for both."""
+    is_eos = completion_ids == eos_id  # (N, C)
+    pos = torch.arange(completion_ids.shape[1], device=completion_ids.device)
+    first = torch.where(is_eos.any(1), is_eos.long().argmax(1), torch.full_like(is_eos[:, 0], completion_ids.shape[1], dtype=torch.long))
+    return (pos.unsqueeze(0) <= first.unsqueeze(1)).long()  # (N, C)
+
+
+def decode(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+    rows = [ids[m.bool()].tolist() for ids, m in zip(completion_ids.cpu(), mask.cpu())]
+    return tokenizer.batch_decode(rows, skip_special_tokens=False)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> Generation:
+    """Sample `group_size` completions for each prompt with HF generate (KV cache)."""
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)  # (B, P)
+    was_training = model.training
+    model.eval()
+    kw = dict(
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=group_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        use_cache=True,
+    )
+    if greedy:
+        kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    else:
+        kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kw)  # (B*G, P + C)
+    model.train(was_training)
+    P = prompt_ids.shape[1]
+    comp = out[:, P:]  # (B*G, C)
+    mask = completion_mask(comp, tokenizer.eos_token_id)  # (B*G, C)
+    comp = comp * mask + tokenizer.pad_token_id * (1 - mask)
+    return Generation(
+        prompt_ids=prompt_ids.repeat_interleave(group_size, 0).cpu(),
+        prompt_mask=prompt_mask.repeat_interleave(group_size, 0).cpu(),
+        completion_ids=comp.cpu(),
+        completion_mask=mask.cpu(),
+        texts=decode(tokenizer, comp, mask),
+    )
+
+
+def token_logps(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """(B, C) log pi(completion token | prefix) at `temperature`; padding positions hold 0."""
+    device = next(model.parameters()).device
+    ids = torch.cat([prompt_ids, completion_ids], 1).to(device)  # (B, P + C)
+    # Attend to real prompt tokens and every completion position up to the last counted one.
+    comp_real = (torch.arange(completion_ids.shape[1]).unsqueeze(0) < _lengths(completion_mask).unsqueeze(1)).long()
+    attn = torch.cat([prompt_mask, comp_real], 1).to(device)  # (B, P + C)
+    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (B, P + C) positions skip the left padding
+    P, C = prompt_ids.shape[1], completion_ids.shape[1]
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits  # (B, P+C, V)
+    logits = logits[:, P - 1 : P + C - 1].float() / temperature  # (B, C, V): position t predicts token t+1
+    tok = completion_ids.to(device).unsqueeze(-1)  # (B, C, 1)
+    logp = logits.gather(-1, tok).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, C)
+    return logp * completion_mask.to(device)
+
+
+def _lengths(mask: torch.Tensor) -> torch.Tensor:
+    pos = torch.arange(1, mask.shape[1] + 1)
+    return (mask.ne(0).long().cpu() * pos).max(1).values if mask.shape[1] else torch.zeros(mask.shape[0], dtype=torch.long)
+
+
+def vllm_generate(llm, tokenizer, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float, seed: Optional[int] = None) -> Generation:
+    """Same contract as `generate`, through a vLLM `LLM` (optional extra, GPU). The caller keeps the vLLM
+    weights in sync with the policy (see `sync_vllm_weights`)."""
+    from vllm import SamplingParams  # optional extra
+
+    params = SamplingParams(n=group_size, temperature=temperature, top_k=-1, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+    outs = llm.generate(list(prompts), params, use_tqdm=False)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    comps = [list(c.token_ids) for o in outs for c in o.outputs]
+    C = max(1, max(len(c) for c in comps))
+    comp = torch.full((len(comps), C), pad, dtype=torch.long)
+    for i, c in enumerate(comps):
+        comp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+    mask = completion_mask(comp, eos)
+    real = (torch.arange(C).unsqueeze(0) < torch.tensor([len(c) for c in comps]).unsqueeze(1)).long()
+    mask = mask * real
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, "cpu")
+    return Generation(
+        prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
+        prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
+        completion_ids=comp * mask + pad * (1 - mask),
+        completion_mask=mask,
+        texts=decode(tokenizer, comp, mask),
+    )
+
+
+def sync_vllm_weights(llm, model) -> None:
+    """Copy the policy's weights into an in-process vLLM engine (colocated on the same GPU)."""
+    state = model.state_dict()
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner  # vLLM V0-style in-process engine
+    runner.model.load_weights(state.items())

@@ -1,0 +1,255 @@
+"""The built-in trainer: Algorithm 1 of METHOD.md, readable top to bottom.
+
+One step t:
+  1. generate G rollouts per fresh prompt with the current policy (behaviour policy pi_t)
+  2. score them with the verifiable reward; group-relative advantages
+  3. drop groups with zero reward variance
+  4-6. evict rollouts older than tau_max, sample replay rows by priority, compose fresh + replay
+       (`compose_batch`), one PPO-clip update on the composed batch
+  7. insert this step's fresh rows into the buffer with birth step t
+
+Where this departs from the paper (or the summary is silent):
+  - Behaviour log-probs of fresh rows are read off the update's own forward pass, before the optimizer
+    step: with one update per batch the policy has not moved yet, so they equal a separate no-grad
+    pass and cost nothing. Replayed rows use the log-probs stored at their birth.
+  - Step 7 inserts after the update (as in Algorithm 1), so a step never replays its own fresh rows.
+  - When every group of a step has zero variance the step makes no update (nothing to learn from);
+    the step counter still advances, so ages and the generation budget stay comparable across arms.
+  - A non-finite loss skips the update and is counted; `max_bad_steps` in a row stop the run.
+  - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
+from ..loss import AGGREGATIONS, LossConfig
+from . import checkpoint
+from .config import TrainConfig
+from .evaluation import evaluate
+from .generation import generate, token_logps
+from .rewards import RewardScorer
+from .setup import build_policy
+
+
+class TrainingStopped(RuntimeError):
+    """Raised after max_bad_steps consecutive non-finite losses (a checkpoint was written first)."""
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run (or resume) the training described by cfg; returns the summary also written to summary.json."""
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    torch.manual_seed(cfg.seed)
+    device = _device(cfg.device)
+
+    model, tokenizer, task, setup_info = build_policy(cfg, device)
+    max_new = cfg.completion_budget()
+    loss_cfg = LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.lr_warmup_steps)))
+    buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
+    prompt_rng = np.random.default_rng(cfg.seed)
+    scorer = RewardScorer(task.reward, cfg.reward_timeout)
+    heldout = task.heldout(cfg.eval_problems, seed=12345)
+    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
+
+    # --- resume -----------------------------------------------------------------------------------------
+    state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
+    start = 0
+    ckpt = checkpoint.latest(run_dir)
+    if ckpt is not None:
+        state = checkpoint.load(ckpt, model, optimizer, scheduler, buffer, prompt_rng)
+        start = state.pop("step")
+        _truncate_jsonl(run_dir / "metrics.jsonl", start)
+        _truncate_jsonl(run_dir / "evals.jsonl", start, key="step", inclusive=True)
+    if state["initial_eval"] is None:
+        state["initial_eval"] = evaluate(model, tokenizer, task, heldout, **eval_kw)
+        _append(run_dir / "evals.jsonl", {"step": 0, "generated": 0, **state["initial_eval"]})
+
+    def save_checkpoint(step_done: int) -> None:
+        checkpoint.save(
+            run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=cfg.keep_checkpoints
+        )
+
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress, desc="grpo-replay", dynamic_ncols=True)
+    last_eval = state["initial_eval"]
+    model.train()
+    for t in bar:
+        t0 = time.perf_counter()
+        # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
+        problems = task.sample_problems(prompt_rng, cfg.prompts_per_step)
+        gen = generate(model, tokenizer, [p.prompt for p in problems], cfg.group_size, max_new, cfg.temperature)
+        rows_problems = [p for p in problems for _ in range(cfg.group_size)]
+        n_gen = len(gen.texts)
+        state["generated"] += n_gen
+        t_gen = time.perf_counter() - t0
+
+        # 2. Verifiable reward and group-relative advantages.
+        rewards_list, reward_counts = scorer(gen.texts, rows_problems)
+        rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
+        group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
+        advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
+
+        # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
+        keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
+        fresh = RolloutBatch(
+            prompt_ids=gen.prompt_ids,
+            prompt_mask=gen.prompt_mask,
+            completion_ids=gen.completion_ids,
+            completion_mask=gen.completion_mask,
+            behaviour_logps=torch.zeros(gen.completion_ids.shape),  # filled from the update's forward pass
+            advantages=advantages,
+            rewards=rewards,
+            group_ids=group_ids,
+            group_std=group_std,
+            birth_step=torch.full((n_gen,), t, dtype=torch.long),
+            is_replay=torch.zeros(n_gen, dtype=torch.bool),
+        ).select(keep.nonzero().squeeze(1))
+
+        # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
+        update = compose_batch(fresh, buffer, t) if len(fresh) else fresh
+        stats = _update(model, optimizer, scheduler, update, loss_cfg, cfg) if len(update) else None
+        if stats is not None and not stats["finite"]:
+            state["bad_in_a_row"] += 1
+            state["bad_total"] += 1
+        else:
+            state["bad_in_a_row"] = 0
+
+        # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
+        if len(fresh) and stats is not None and stats["finite"]:
+            fresh.behaviour_logps = stats["fresh_logps"]
+            buffer.add(fresh, t)
+
+        # --- bookkeeping: metrics, evaluation, checkpoint ---------------------------------------------------
+        m: dict[str, Any] = {
+            "step": t + 1,
+            "generated": state["generated"],
+            "reward": float(rewards.mean()),
+            "frac_zero_var_groups": 1.0 - float(keep.view(-1, cfg.group_size).any(1).float().mean()),
+            "completion_len": float(gen.completion_mask.sum(1).float().mean()),
+            "update_rows": len(update),
+            "loss": stats["loss"] if stats else None,
+            "grad_norm": stats["grad_norm"] if stats else None,
+            "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
+            "lr": scheduler.get_last_lr()[0],
+            **reward_counts,
+            **split_metrics(update, t, stats["token_stats"] if stats else None),
+            **buffer.stats(t + 1),
+            "time/generate_s": t_gen,
+            "time/step_s": time.perf_counter() - t0,
+        }
+        step_done = t + 1
+        if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
+            last_eval = evaluate(model, tokenizer, task, heldout, **eval_kw)
+            _append(run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **last_eval})
+        _append(run_dir / "metrics.jsonl", m)
+        bar.set_postfix(
+            reward=f"{m['reward']:.3f}", acc=f"{last_eval['acc_sampled']:.3f}", buf=len(buffer), replay=f"{m['replay/share']:.2f}"
+        )
+        if state["bad_in_a_row"] >= cfg.max_bad_steps:
+            save_checkpoint(step_done)
+            raise TrainingStopped(
+                f"{cfg.max_bad_steps} consecutive steps had a non-finite loss (last at step {step_done}); "
+                f"checkpoint written to {run_dir}. Lower TrainConfig.lr or check the reward/model."
+            )
+        if (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
+            save_checkpoint(step_done)
+    bar.close()
+
+    summary = _summary(cfg, state, last_eval, setup_info)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    from .plots import plot_run
+
+    plot_run(run_dir)
+    return summary
+
+
+def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfig, cfg: TrainConfig) -> dict[str, Any]:
+    """One optimizer step on the composed batch, accumulated over micro-batches.
+
+    Each micro-batch's loss is weighted by its share of the normaliser (tokens for token_mean, rows
+    otherwise), so the accumulated gradient equals the whole-batch loss's gradient."""
+    B = len(batch)
+    mb = cfg.micro_batch_size or B
+    total_tokens = batch.completion_mask.sum().clamp(min=1)
+    optimizer.zero_grad(set_to_none=True)
+    logps_all, stats_all, loss_sum = [], [], 0.0
+    for i in range(0, B, mb):
+        part = batch.select(torch.arange(i, min(i + mb, B)))
+        logps = token_logps(model, part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask, cfg.temperature)  # (b, C)
+        # Fresh rows were generated by the current parameters: their behaviour log-probs are these values.
+        fresh_rows = ~part.is_replay.to(logps.device)
+        part.behaviour_logps = torch.where(fresh_rows.unsqueeze(1), logps.detach(), part.behaviour_logps.to(logps.device))
+        loss, st = ppo_clip_loss(logps, part, loss_cfg)
+        weight = (part.completion_mask.sum() / total_tokens) if loss_cfg.aggregation == "token_mean" else len(part) / B
+        (loss * weight).backward()
+        loss_sum += float(loss.detach()) * float(weight)
+        logps_all.append(logps.detach().cpu())
+        stats_all.append({k: v.cpu() for k, v in st.items()})
+    finite = math.isfinite(loss_sum)
+    grad_norm = None
+    if finite:
+        params = [p for p in model.parameters() if p.grad is not None]
+        if cfg.max_grad_norm > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        finite = grad_norm is None or math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    logps = torch.cat(logps_all)  # (B, C)
+    token_stats = {k: torch.cat([s[k] for s in stats_all]) for k in stats_all[0]}
+    return {
+        "loss": loss_sum if finite else None,
+        "grad_norm": grad_norm,
+        "finite": finite,
+        "fresh_logps": logps[~batch.is_replay],
+        "token_stats": token_stats,
+    }
+
+
+def _summary(cfg: TrainConfig, state: dict, final_eval: dict, setup_info: dict) -> dict[str, Any]:
+    init = state["initial_eval"]
+    return {
+        "preset": cfg.preset,
+        "seed": cfg.seed,
+        "steps": cfg.steps,
+        "generated_rollouts": state["generated"],
+        "skipped_nonfinite_steps": state["bad_total"],
+        "heldout_acc_sampled": {"start": init["acc_sampled"], "end": final_eval["acc_sampled"]},
+        "heldout_acc_greedy": {"start": init["acc_greedy"], "end": final_eval["acc_greedy"]},
+        "final_eval": {k: v for k, v in final_eval.items() if k != "counts"},
+        "setup": setup_info,
+    }
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("TrainConfig.device='cuda' but no CUDA device is available; allowed here: auto, cpu")
+    return torch.device(name)
+
+
+def _append(path: Path, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _truncate_jsonl(path: Path, step: int, key: str = "step", inclusive: bool = True) -> None:
+    """On resume, drop rows written after the checkpoint so the log matches an uninterrupted run."""
+    if not path.exists():
+        return
+    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    keep = [r for r in rows if (r[key] <= step if inclusive else r[key] < step)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in keep))

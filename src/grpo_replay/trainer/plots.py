@@ -1,0 +1,68 @@
+"""PNG plots of a run directory, from its metrics.jsonl and evals.jsonl."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    run_dir = Path(run_dir)
+    metrics, evals = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "evals.jsonl")
+    out = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for key, label in (("acc_sampled", "sampled mean@n"), ("acc_greedy", "greedy")):
+        axes[0].plot([e["step"] for e in evals], [e[key] for e in evals], marker="o", label=label)
+        axes[1].plot([e["generated"] for e in evals], [e[key] for e in evals], marker="o", label=label)
+    axes[0].set_xlabel("step")
+    axes[1].set_xlabel("generated rollouts")
+    for ax in axes:
+        ax.set_ylabel("held-out accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(run_dir.name)
+    out.append(_save(fig, run_dir / "accuracy.png"))
+
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    hist = metrics[-1].get("buffer/age_hist", []) if metrics else []
+    ax.bar(range(len(hist)), hist)
+    ax.set_xlabel("age (steps) at the end of training")
+    ax.set_ylabel("stored rollouts")
+    ax.set_title("buffer age histogram")
+    out.append(_save(fig, run_dir / "buffer_age.png"))
+
+    steps = [m["step"] for m in metrics]
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    ax.plot(steps, [m["replay/share"] for m in metrics])
+    ax.set_xlabel("step")
+    ax.set_ylabel("replay share of update rows")
+    ax.grid(alpha=0.3)
+    out.append(_save(fig, run_dir / "replay_share.png"))
+
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for name in ("fresh", "replay"):
+        pts = [(m["step"], m[f"{name}/clip_frac"]) for m in metrics if m.get(f"{name}/count") and f"{name}/clip_frac" in m]
+        if pts:
+            ax.plot(*zip(*pts), label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("clip fraction (tokens)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out.append(_save(fig, run_dir / "clip_fraction.png"))
+    return out
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

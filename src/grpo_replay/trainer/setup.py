@@ -1,0 +1,47 @@
+"""Building the policy, tokenizer and task for a run: the embedded testbed or a real model + math data."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import TrainConfig
+
+
+def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any, dict]:
+    if cfg.reward == "testbed":
+        from ..tasks.testbed import TestbedTask, warm_start
+
+        tb = cfg.testbed
+        model, tokenizer, info = warm_start(tb, progress=cfg.progress)
+        task = TestbedTask(tb, tokenizer)
+        return model.to(device), tokenizer, task, {"warm_start": info}
+    model, tokenizer = load_causal_lm(cfg.model, device)
+    from ..tasks.math import MathTask
+
+    task = MathTask(tokenizer, cfg.data, heldout_data=cfg.heldout_data, n_heldout=cfg.eval_problems)
+    return model, tokenizer, task, {"model": cfg.model, "data": cfg.data, "train_prompts": len(task.train)}
+
+
+def load_causal_lm(name: str, device: torch.device):
+    """A causal LM and its tokenizer from a local path or hub id, with clear errors for the usual mistakes."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(name)
+    looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists()
+    if looks_local and not p.expanduser().exists():
+        raise FileNotFoundError(f"TrainConfig.model: {name} does not exist")
+    try:
+        config = AutoConfig.from_pretrained(str(p.expanduser()) if looks_local else name)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"TrainConfig.model: cannot load a model config from {name!r}: {e}") from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(p.expanduser()) if looks_local else name, dtype=torch.float32)
+    except ValueError as e:
+        raise ValueError(f"TrainConfig.model: {name!r} ({type(config).__name__}) is not a causal LM: {e}") from None
+    tokenizer = AutoTokenizer.from_pretrained(str(p.expanduser()) if looks_local else name)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device), tokenizer
