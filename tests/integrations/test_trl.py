@@ -70,7 +70,7 @@ def trl_kwargs(output_dir, **kw):
     return base
 
 
-def make_trainer(output_dir, cls=None, seed=0, **kw):
+def make_trainer(output_dir, cls=None, seed=0, model=None, **kw):
     from grpo_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
 
     cls = cls or ReplayGRPOTrainer
@@ -79,7 +79,7 @@ def make_trainer(output_dir, cls=None, seed=0, **kw):
         args = ReplayGRPOConfig(**kwargs)
     else:  # plain GRPOTrainer: a plain GRPOConfig with the same settings
         args = trl.GRPOConfig(**{k: v for k, v in kwargs.items() if not k.startswith("replay_")})
-    return cls(model=make_model(seed), reward_funcs=reward_fn, args=args, train_dataset=make_dataset(),
+    return cls(model=model if model is not None else make_model(seed), reward_funcs=reward_fn, args=args, train_dataset=make_dataset(),
                processing_class=make_tokenizer())
 
 
@@ -100,6 +100,8 @@ def _param_vector(model) -> torch.Tensor:
 
 def _train(tmp_path, **kw):
     trainer = make_trainer(tmp_path, **kw)
+    if "model" in kw:  # loaded by path: no float64/bf16 surprises on CPU
+        assert trainer.model.dtype == torch.float32
     before = _param_vector(trainer.model).clone()
     trainer.train()
     return trainer, before
@@ -192,8 +194,10 @@ def test_replay_disabled_matches_grpo_trainer(tmp_path):
 def test_steps_per_generation_and_reference_logps(tmp_path):
     """steps_per_generation=2 with an odd replay count (trimmed to keep rows divisible), and beta != 0 so
     that reference log-probs must be filled for replay rows."""
+    make_model(0).save_pretrained(tmp_path / "model")  # beta != 0: TRL loads the reference model by path
     trainer, before = _train(
-        tmp_path, replay_preset="paper", replay_ratio=0.375, gradient_accumulation_steps=2, beta=0.04, max_steps=3
+        tmp_path / "run", model=str(tmp_path / "model"), replay_preset="paper", replay_ratio=0.375,
+        gradient_accumulation_steps=2, beta=0.04, max_steps=3,
     )
     hist = list(trainer.replay_history)
     assert all(h["fresh_rows"] == 8 for h in hist)
@@ -248,6 +252,7 @@ def test_merge_fills_optional_keys(tmp_path):
         group_ids=torch.tensor([0]), group_std=torch.tensor([0.5]), birth_step=torch.tensor([0]),
         is_replay=torch.tensor([True]),
     )
+    trainer.vllm_importance_sampling_mode = "token_truncate"
     merged = trainer._replay_merge(out, torch.tensor([1]), replay)
     assert merged["prompt_ids"].shape == (2, 4) and merged["completion_ids"].shape == (2, 5)
     assert merged["prompt_mask"].tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
@@ -257,6 +262,10 @@ def test_merge_fills_optional_keys(tmp_path):
     assert merged["sampling_per_token_logps"][1, :4].tolist() == [-3.0] * 4
     assert merged["importance_sampling_ratio"].tolist() == [[0.5] * 4 + [1.0], [1.0] * 5]
     assert merged["advantages"].tolist() == [-1.0, 2.0]
+    trainer.vllm_importance_sampling_mode = "sequence_mask"  # sequence-level ratios are (B, 1)
+    out["importance_sampling_ratio"] = torch.full((B, 1), 0.5)
+    merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
+    assert merged["importance_sampling_ratio"].tolist() == [[0.5], [0.5], [1.0]]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -264,7 +273,16 @@ def _worker(out_dir: str) -> None:
     from accelerate import PartialState
 
     state = PartialState()
+
+    def reward_worker(completions, trainer_state, **kwargs):
+        # Process 1's group has zero variance at step 0, so its buffer stays empty one step longer than
+        # process 0's: both must then agree on 0 replay rows at step 1.
+        if state.process_index == 1 and trainer_state.global_step == 0:
+            return [1.0] * len(completions)
+        return reward_fn(completions)
+
     trainer = make_trainer(out_dir, replay_preset="paper", max_steps=3)
+    trainer.reward_funcs = [reward_worker]
     before = _param_vector(trainer.model).clone()
     trainer.train()
     after = _param_vector(trainer.model)
@@ -281,13 +299,15 @@ def _worker(out_dir: str) -> None:
 
 
 def test_two_processes_accelerate_gloo(tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` on a machine without GPUs runs torchrun with gloo
+    (`--cpu` would fall back to a single process); the TRL config has use_cpu=True."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--cpu", "--main_process_port", str(port),
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu", "--main_process_port", str(port),
            __file__, "--worker", str(tmp_path)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
@@ -299,10 +319,13 @@ def test_two_processes_accelerate_gloo(tmp_path):
     assert r0["params"] == r1["params"], "processes drifted apart"
     rows0 = [(h["step"], h["fresh_rows"], h["replay_rows"]) for h in r0["history"]]
     rows1 = [(h["step"], h["fresh_rows"], h["replay_rows"]) for h in r1["history"]]
-    assert rows0 == rows1  # equal per-process row counts every step
-    assert rows0[0][2] == 0 and all(r[2] > 0 for r in rows0[1:])
-    assert r0["share"][0] == 0.0 and all(s > 0 for s in r0["share"][1:])
-    assert r0["buffer"] > 0 and r1["buffer"] > 0
+    # Equal per-process row counts every step: at step 1 process 1 has nothing to replay, so neither does 0.
+    assert rows0 == rows1 == [(0, 4, 0), (1, 4, 0), (2, 4, 2)]
+    assert [h["inserted"] for h in r0["history"]] == [4, 4, 4]
+    assert [h["inserted"] for h in r1["history"]] == [0, 4, 4]  # zero-variance group never enters the buffer
+    assert r0["share"] == r1["share"] == [0.0, 0.0, pytest.approx(1 / 3)]
+    assert r0["loss"] == r1["loss"]
+    assert r0["buffer"] == 12 and r1["buffer"] == 8
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
     if cfg.backend == "trl":
-        from ..integrations.trl import train_testbed_with_trl
+        from .trl_backend import train_with_trl
 
-        summary = train_testbed_with_trl(cfg)
+        summary = train_with_trl(cfg)
     else:
         from .loop import train
 

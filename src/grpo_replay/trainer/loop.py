@@ -118,6 +118,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
         # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
         update = compose_batch(fresh, buffer, t) if len(fresh) else fresh
+        fresh_measured = int((~update.is_replay).sum()) == len(fresh)
+        if not fresh_measured:
+            # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
+            # behaviour log-probs now, before the update moves the policy.
+            with torch.no_grad():
+                fresh.behaviour_logps = token_logps(
+                    model, fresh.prompt_ids, fresh.prompt_mask, fresh.completion_ids, fresh.completion_mask, cfg.temperature
+                ).cpu()  # (n_fresh, C)
         stats = _update(model, optimizer, scheduler, update, loss_cfg, cfg) if len(update) else None
         if stats is not None and not stats["finite"]:
             state["bad_in_a_row"] += 1
@@ -127,7 +135,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
         # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
         if len(fresh) and stats is not None and stats["finite"]:
-            fresh.behaviour_logps = stats["fresh_logps"]
+            if fresh_measured:
+                fresh.behaviour_logps = stats["fresh_logps"]  # (n_fresh, C), same row order as `fresh`
             buffer.add(fresh, t)
 
         # --- bookkeeping: metrics, evaluation, checkpoint ---------------------------------------------------
