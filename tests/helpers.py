@@ -1,6 +1,9 @@
 """Synthetic rollout batches for core tests."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from grpo_replay import RolloutBatch, group_advantages
@@ -46,3 +49,43 @@ def make_batch(
         is_replay=torch.zeros(B, dtype=torch.bool),
         ref_logps=(-torch.rand(B, C, generator=g) * comp_mask) if with_ref else None,
     )
+
+
+# Tiny sizes: a 1-layer width-32 model, 1-digit sums, 8 prompts x 4 rollouts, an 80-step warm start
+# (about 12 % sampled pass rate, so groups with reward variance occur).
+TINY = {
+    "steps": 6,
+    "prompts_per_step": 8,
+    "group_size": 4,
+    "eval_every": 3,
+    "eval_problems": 16,
+    "eval_samples": 2,
+    "checkpoint_every": 2,
+    "lr": 3e-3,
+    "progress": False,
+    "replay.warmup_steps": 2,
+    "testbed.digits_max": 1,
+    "testbed.difficulty_weights": [1.0],
+    "testbed.working_prob": [0.2],
+    "testbed.hidden_size": 32,
+    "testbed.num_layers": 1,
+    "testbed.num_heads": 2,
+    "testbed.intermediate_size": 64,
+    "testbed.warmstart_max_steps": 80,
+    "testbed.warmstart_lr": 0.01,
+    "testbed.warmstart_batch": 32,
+    "testbed.warmstart_eval_every": 10,
+    "testbed.warmstart_eval_problems": 64,
+    "testbed.warmstart_min_steps": 0,
+    "testbed.target_pass_low": 0.2,
+    "testbed.target_pass_high": 0.6,
+    "testbed.max_new_tokens": 8,
+}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
+def without_times(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]

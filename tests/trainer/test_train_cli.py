@@ -4,7 +4,7 @@ import json
 import pytest
 
 from grpo_replay.cli import main
-from conftest import read_jsonl, without_times
+from helpers import read_jsonl, without_times
 
 
 def _args(overrides: dict, out, **extra) -> list[str]:

@@ -16,9 +16,11 @@ with the same hard deadlines.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -180,62 +182,96 @@ def grade(
 # Worker processes (hard deadlines)
 
 
-def _worker_main(conn) -> None:
-    """Worker loop: grade requests arrive over the pipe and are graded on this process's main thread."""
+def _worker_main() -> None:
+    """Worker loop (see :class:`_Worker`): JSON requests on stdin, JSON results on fd 1.
+
+    Grades run on this process's main thread, so the alarm timeout works. Anything a library prints is
+    redirected to stderr so it cannot corrupt the protocol.
+    """
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
     import math_verify  # noqa: F401  (import before signalling ready, so startup is not charged to a grade)
 
-    conn.send(("ready", None))
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        key, completion, gold, timeout, require_boxed = msg
-        conn.send((key, _grade_with_alarm(completion, gold, timeout, require_boxed)))
+    out.write(json.dumps(["ready", None]) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        key, completion, gold, timeout, require_boxed = json.loads(line)
+        out.write(json.dumps([key, _grade_with_alarm(completion, gold, timeout, require_boxed)]) + "\n")
 
 
 class _Worker:
-    """One spawned grading process. ``spawn`` (not fork) because callers may hold torch/CUDA threads."""
+    """One grading subprocess.
+
+    Started as a plain subprocess rather than with ``multiprocessing``: spawn/forkserver re-import the caller's
+    ``__main__`` (a script without a main guard would recurse) and fork is unsafe with torch/CUDA threads.
+    """
 
     def __init__(self) -> None:
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="grpo-replay-grader")
-        self.proc.start()
-        child.close()
+        # Load this file by path rather than `-m grpo_replay.eval.grading`: importing the package would
+        # import torch (seconds per worker) although grading needs only math-verify.
+        code = (
+            "import importlib.util as u; s = u.spec_from_file_location('_grpo_replay_grader', %r); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main()" % os.path.abspath(__file__)
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
+        self._buf = b""
         self.ready = False
+
+    def fileno(self) -> int:  # lets multiprocessing.connection.wait select on the worker
+        return self.proc.stdout.fileno()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def deadline(self, timeout: Optional[float]) -> float:
         budget = (timeout or 3600.0) + _HARD_GRACE + (0.0 if self.ready else _STARTUP_ALLOWANCE)
         return time.monotonic() + budget
 
+    def send(self, key: int, completion: str, gold: str, timeout, require_boxed: bool) -> None:
+        msg = json.dumps([key, completion, gold, timeout, require_boxed]) + "\n"
+        self.proc.stdin.write(msg.encode("utf-8"))
+
+    def has_message(self) -> bool:
+        return b"\n" in self._buf
+
+    def poll(self, seconds: float) -> bool:
+        """True when a complete message is buffered or data arrives within ``seconds``."""
+        return self.has_message() or bool(mp_wait([self], timeout=max(0.0, seconds)))
+
     def receive(self):
-        """Next (key, result) message, consuming the startup handshake on the way."""
-        key, value = self.conn.recv()
+        """Next message: None for the startup handshake, else (key, result). EOFError if the worker died."""
+        while b"\n" not in self._buf:
+            chunk = os.read(self.fileno(), 65536)
+            if not chunk:
+                raise EOFError("grading worker exited")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        key, value = json.loads(line)
         if key == "ready":
             self.ready = True
             return None
         return key, value
 
     def kill(self) -> None:
-        try:
+        if self.alive():
             self.proc.kill()
-            self.proc.join(timeout=5)
-        finally:
-            self.conn.close()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
+            self.proc.stdin.close()  # EOF ends the worker loop
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
             pass
-        self.proc.join(timeout=2)
-        if self.proc.is_alive():
-            self.kill()
-        else:
-            self.conn.close()
+        self.kill()
 
 
 class _SharedWorker:
@@ -247,15 +283,15 @@ class _SharedWorker:
 
     def grade(self, completion: str, gold: str, timeout: Optional[float], require_boxed: bool) -> bool:
         with self._lock:
-            if self._worker is None or not self._worker.proc.is_alive():
+            if self._worker is None or not self._worker.alive():
                 self._worker = _Worker()
             worker = self._worker
             deadline = worker.deadline(timeout)
             try:
-                worker.conn.send((0, completion, gold, timeout, require_boxed))
+                worker.send(0, completion, gold, timeout, require_boxed)
                 while True:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not worker.conn.poll(left):
+                    if left <= 0 or not worker.poll(left):
                         raise TimeoutError
                     msg = worker.receive()
                     if msg is not None:
@@ -345,13 +381,14 @@ def _grade_in_pool(items, n_workers: int, timeout, require_boxed: bool, bar) -> 
             for w in workers:
                 if w not in active and pending:
                     idx = pending.popleft()
-                    w.conn.send((idx, items[idx][0], items[idx][1], timeout, require_boxed))
+                    w.send(idx, items[idx][0], items[idx][1], timeout, require_boxed)
                     active[w] = (idx, w.deadline(timeout))
             wait_for = max(0.0, min(dl for _, dl in active.values()) - time.monotonic())
-            ready = set(mp_wait([w.conn for w in active], timeout=wait_for))
+            # A worker may already hold a full message in its buffer (e.g. right after the handshake).
+            ready = {w for w in active if w.has_message()} or set(mp_wait(list(active), timeout=wait_for))
             for w in list(active):
                 idx, dl = active[w]
-                if w.conn in ready:
+                if w in ready:
                     try:
                         msg = w.receive()
                     except (EOFError, OSError):
@@ -376,3 +413,4 @@ def _grade_in_pool(items, n_workers: int, timeout, require_boxed: bool, bar) -> 
 def _replace(workers: list[_Worker], dead: _Worker) -> None:
     dead.kill()
     workers[workers.index(dead)] = _Worker()
+

@@ -1,0 +1,128 @@
+"""`grpo-replay eval`: evaluate a model on math benchmarks the way the paper does.
+
+Example::
+
+    grpo-replay eval --model PATH --benchmarks math500,aime25,aime26,hmmt_feb25,hmmt_feb26 --n 16 --k 1,2,4,8,16
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..data import BENCHMARKS
+from .generation import BACKENDS, INSTRUCTION, SamplingParams
+from .grading import DEFAULT_TIMEOUT
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected at least one benchmark")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="local model directory or Hugging Face hub id")
+    parser.add_argument(
+        "--benchmarks",
+        type=_name_list,
+        default=list(BENCHMARKS),
+        help=f"comma-separated benchmark names (known: {','.join(BENCHMARKS)}), JSONL paths or HF dataset ids",
+    )
+    parser.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
+    parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)")
+    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory")
+    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change")
+    parser.add_argument("--limit", type=int, default=None, help="at most N problems per benchmark")
+    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data)")
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
+    parser.add_argument("--temperature", type=float, default=SamplingParams.temperature)
+    parser.add_argument("--top-p", type=float, default=SamplingParams.top_p)
+    parser.add_argument("--max-new-tokens", type=int, default=SamplingParams.max_new_tokens)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8, help="problems per generation call")
+    parser.add_argument("--no-chat-template", action="store_true", help="feed the plain prompt, no chat template")
+    parser.add_argument(
+        "--instruction", default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
+    )
+    parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]")
+    parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16")
+    parser.add_argument("--grade-workers", type=int, default=None, help="grading processes (default: by batch size)")
+    parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer")
+    parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"))
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the generation cache")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        print(f"grpo-replay eval: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Validate everything cheap before loading a model.
+    from .report import load_results, markdown_table, write_report
+    from .runner import EvalSettings, run_evaluation
+
+    sampling = SamplingParams(
+        n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
+    )
+    ks = args.k if args.k is not None else [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= args.n]
+    settings = EvalSettings(
+        benchmarks=args.benchmarks,
+        ks=ks,
+        sampling=sampling,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        instruction=args.instruction,
+        use_chat_template=not args.no_chat_template,
+        batch_size=args.batch_size,
+        grade_workers=args.grade_workers,
+        grade_timeout=args.grade_timeout,
+        aes_weights=tuple(args.aes_weights),
+        progress=not args.no_progress,
+    )
+    settings.validate()
+    baseline = load_results(args.baseline) if args.baseline else None
+
+    from .generation import TransformersGenerator, VLLMGenerator, load_model
+
+    if args.backend == "vllm":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        uses_template = settings.use_chat_template and getattr(tokenizer, "chat_template", None)
+        generator = VLLMGenerator(args.model, tokenizer, add_special_tokens=not uses_template, seed=args.seed)
+    else:
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+        uses_template = settings.use_chat_template and getattr(tokenizer, "chat_template", None)
+        # A chat template already writes BOS; adding special tokens again would double it.
+        generator = TransformersGenerator(model, tokenizer, add_special_tokens=not uses_template)
+
+    results = run_evaluation(
+        generator,
+        settings,
+        tokenizer=tokenizer,
+        model_id=args.model,
+        backend=args.backend,
+        cache_dir=None if args.no_cache else Path(args.out) / "cache",
+        baseline=baseline,
+    )
+    paths = write_report(results, Path(args.out))
+    print(markdown_table(results))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
