@@ -32,7 +32,7 @@ class TestbedConfig:
     """Smallest number of digits of an operand."""
     digits_max: int = 4
     """Largest number of digits of an operand (difficulty levels are ``digits_min..digits_max``)."""
-    difficulty_weights: tuple[float, ...] = (0.10, 0.20, 0.35, 0.35)
+    difficulty_weights: tuple[float, ...] = (0.30, 0.30, 0.20, 0.20)
     """Sampling weight of each two-operand level ``digits_min..digits_max`` (level = number of
     digits of the longest operand); normalised together with ``three_operand_prob``."""
     three_operand_prob: float = 0.0
@@ -43,14 +43,17 @@ class TestbedConfig:
     working_prob: tuple[float, ...] = (0.1, 0.3, 0.5, 0.6, 0.6)
     """Probability that a supervised target contains the scratchpad, per difficulty level
     (index 0 = easiest level; the last value is reused for higher levels)."""
+    pad_operands: bool = True
+    """Write operands zero-padded to a fixed width in the prompt (``"0037+0485="``), which keeps
+    digit alignment a fixed-offset lookup for a tiny model; the answer is never padded."""
     require_eos: bool = False
     """If True, ``reward`` gives 0 to completions whose text lacks the EOS token (truncated).
     Leave False when completions are decoded with ``skip_special_tokens=True``."""
     heldout_mod: int = 16
     """Held-out split: a prompt (of level >= 2) is held out iff its hash is 0 mod this; training
     draws reject held-out prompts."""
-    max_new_tokens: int = 24
-    """Generation budget for completions (longest valid completion is ~2*digits+4 tokens)."""
+    max_new_tokens: int = 16
+    """Generation budget for completions (longest valid completion is 2*(digits_max+1)+3 tokens)."""
 
     # ---------------------------------------------------------------- model
     model_type: str = "llama"
@@ -69,7 +72,7 @@ class TestbedConfig:
     # ----------------------------------------------------------- warm start
     warmstart_max_steps: int = 1500
     """Upper bound on supervised optimizer steps."""
-    warmstart_lr: float = 2e-3
+    warmstart_lr: float = 3e-3
     """AdamW peak learning rate (constant after a short linear warm-up)."""
     warmstart_batch: int = 64
     """Supervised batch size (sequences)."""
@@ -85,7 +88,7 @@ class TestbedConfig:
     """Lower end of the target sampled pass-rate window."""
     target_pass_high: float = 0.25
     """Upper end of the target sampled pass-rate window."""
-    warmstart_max_seconds: float = 90.0
+    warmstart_max_seconds: float = 120.0
     """Wall-clock cap on the supervised loop (the closest checkpoint so far is kept)."""
     seed: int = 0
     """Seed of the warm start (data order, initialisation, evaluation sampling)."""
@@ -135,8 +138,8 @@ class TestbedConfig:
         """A very small config for unit tests (seconds on one core)."""
         base = dict(
             digits_max=2, difficulty_weights=(0.5, 0.5), hidden_size=32, num_layers=1,
-            num_heads=2, intermediate_size=64, warmstart_max_steps=30, warmstart_batch=16,
-            warmstart_eval_every=10, warmstart_eval_problems=32, warmstart_min_steps=0,
+            num_heads=2, intermediate_size=64, warmstart_max_steps=20, warmstart_batch=16,
+            warmstart_eval_every=10, warmstart_eval_problems=24, warmstart_min_steps=0,
             max_new_tokens=12,
         )
         base.update(overrides)

@@ -36,22 +36,25 @@ class TestbedProblem:
     id: str
     """Stable id (the expression, e.g. ``"37+485"``); the same problem always has the same id."""
     prompt: str
-    """Model input text, e.g. ``"37+485="`` (the tokenizer adds ``<bos>``)."""
+    """Model input text, e.g. ``"0037+0485="`` (operands zero-padded when
+    ``cfg.pad_operands``; the tokenizer adds ``<bos>``)."""
     answer: str
     """The true sum as a decimal string."""
     difficulty: int
     """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands."""
 
     @property
-    def operands(self) -> list[int]:
+    def operands(self) -> list[int]:  # from the (unpadded) id
         return [int(x) for x in self.id.split("+")]
 
 
-def make_problem(operands: list[int], difficulty: int | None = None) -> TestbedProblem:
+def make_problem(operands: list[int], difficulty: int | None = None, width: int = 0) -> TestbedProblem:
+    """Problem for ``operands``; ``width > 0`` zero-pads each operand in the prompt."""
     expr = "+".join(str(int(x)) for x in operands)
     if difficulty is None:
         difficulty = max(len(str(int(x))) for x in operands)
-    return TestbedProblem(id=expr, prompt=expr + "=", answer=str(sum(operands)), difficulty=difficulty)
+    prompt = "+".join(str(int(x)).zfill(width) for x in operands) + "="
+    return TestbedProblem(id=expr, prompt=prompt, answer=str(sum(operands)), difficulty=difficulty)
 
 
 def target_completion(problem: TestbedProblem, working: bool) -> str:
@@ -127,7 +130,8 @@ class TestbedTask:
             level_ = level
         rng.shuffle(lens)
         ops = [_rand_with_digits(rng, int(n)) for n in lens]
-        return make_problem(ops, level_)
+        width = (max(cfg.digits_max, cfg.three_operand_digits) if cfg.pad_operands else 0)
+        return make_problem(ops, level_, width)
 
     def is_heldout(self, problem: TestbedProblem) -> bool:
         """Deterministic split by prompt hash; level-1 items (only 100 exist) are never held out."""

@@ -63,6 +63,10 @@ def pass_rate_by_difficulty(details: dict) -> dict[int, float]:
     return {d: float(np.mean(v)) for d, v in sorted(out.items())}
 
 
+def _fmt(by_d: dict) -> str:
+    return "[" + " ".join(f"d{d}:{r:.2f}" for d, r in by_d.items()) + "]"
+
+
 def train_warm_start(cfg: TestbedConfig, progress: bool = True):
     """Run the supervised loop (no caching). Returns ``(model, tokenizer, info)``."""
     t0 = time.perf_counter()
@@ -96,14 +100,16 @@ def train_warm_start(cfg: TestbedConfig, progress: bool = True):
         if step % cfg.warmstart_eval_every == 0 or step == cfg.warmstart_max_steps:
             if step < cfg.warmstart_min_steps and step != cfg.warmstart_max_steps:
                 continue
-            rate = sampled_pass_rate(model, task, sel, seed=cfg.seed + step)
+            rate, det = sampled_pass_rate(model, task, sel, seed=cfg.seed + step, return_details=True)
+            by_d = pass_rate_by_difficulty(det)
             model.train()
             dist = _window_distance(rate, cfg)
             elapsed = time.perf_counter() - t0
-            history.append({"step": step, "pass_rate": rate, "loss": loss_ema, "seconds": elapsed})
+            history.append({"step": step, "pass_rate": rate, "loss": loss_ema, "seconds": elapsed,
+                            "by_difficulty": by_d})
             if progress:
                 print(f"[testbed warm start] step {step:5d} loss {loss_ema:.3f} "
-                      f"pass@1 {rate:.3f} ({elapsed:.1f}s)", file=sys.stderr, flush=True)
+                      f"pass@1 {rate:.3f} {_fmt(by_d)} ({elapsed:.1f}s)", file=sys.stderr, flush=True)
             if best is None or dist < best[0]:
                 best = (dist, step, rate, {k: v.detach().clone() for k, v in model.state_dict().items()})
             if dist == 0.0:
