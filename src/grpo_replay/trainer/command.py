@@ -63,14 +63,26 @@ def run(args: argparse.Namespace) -> int:
     except configio.ConfigError as e:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
-    if cfg.backend == "trl":
-        from .trl_backend import train_with_trl
+    from ..data import DataError
+    from .loop import CheckpointError, TrainingStopped
+    from .setup import ModelLoadError
 
-        summary = train_with_trl(cfg)
-    else:
-        from .loop import train
+    try:
+        if cfg.backend == "trl":
+            from .trl_backend import train_with_trl
 
-        summary = train(cfg)
+            summary = train_with_trl(cfg)
+        else:
+            from .loop import train
+
+            summary = train(cfg)
+    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError) as e:
+        # Bad input found while setting up (model path, data file): a message, not a traceback.
+        print(f"grpo-replay train: error: {e}", file=sys.stderr)
+        return 2
+    except (TrainingStopped, CheckpointError) as e:
+        print(f"grpo-replay train: stopped: {e}", file=sys.stderr)
+        return 1
     _print_summary(cfg, summary)
     return 0
 

@@ -67,6 +67,9 @@ class TrainConfig:
     """Seconds a reward call may take before it is scored 0 and counted."""
     out_dir: str = "runs/{preset}-seed{seed}"
     """Run directory ({preset} and {seed} are filled in). An existing run there is resumed."""
+    torch_threads: int = 0
+    """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
+    deterministic), torch's default otherwise."""
     device: str = "auto"
     """auto (cuda if available) | cpu | cuda."""
     backend: str = "builtin"
@@ -101,7 +104,7 @@ class TrainConfig:
                 bad(name, "an integer >= 1")
         if self.group_size < 2:
             bad("group_size", "an integer >= 2 (advantages are relative to the group)")
-        for name in ("lr_warmup_steps", "max_new_tokens", "micro_batch_size", "eval_every", "checkpoint_every"):
+        for name in ("torch_threads", "lr_warmup_steps", "max_new_tokens", "micro_batch_size", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 bad(name, "an integer >= 0")
         if self.keep_checkpoints < 1:

@@ -20,8 +20,11 @@ Where this departs from the paper (or the summary is silent):
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import random
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -44,15 +47,25 @@ class TrainingStopped(RuntimeError):
     """Raised after max_bad_steps consecutive non-finite losses (a checkpoint was written first)."""
 
 
+class CheckpointError(RuntimeError):
+    """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run (or resume) the training described by cfg; returns the summary also written to summary.json."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
     torch.manual_seed(cfg.seed)
+    if cfg.torch_threads or cfg.reward == "testbed":
+        torch.set_num_threads(cfg.torch_threads or 1)
     device = _device(cfg.device)
 
     model, tokenizer, task, setup_info = build_policy(cfg, device)
+    # Seed again after the setup: a warm start trained now (rather than loaded from its cache) consumes the
+    # global generators, and the run must not depend on whether the cache existed.
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
     max_new = cfg.completion_budget()
     loss_cfg = LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -60,6 +73,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
+    eval_task = _SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
     heldout = task.heldout(cfg.eval_problems, seed=12345)
     eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
 
@@ -70,19 +84,32 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if ckpt is not None:
         state = checkpoint.load(ckpt, model, optimizer, scheduler, buffer, prompt_rng)
         start = state.pop("step")
-        _truncate_jsonl(run_dir / "metrics.jsonl", start)
-        _truncate_jsonl(run_dir / "evals.jsonl", start, key="step", inclusive=True)
+    # Rows after the checkpoint (or every row, without one) are redone: drop them so the logs match an
+    # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
+    _truncate_jsonl(run_dir / "metrics.jsonl", start if ckpt is not None else -1)
+    _truncate_jsonl(run_dir / "evals.jsonl", start if ckpt is not None else -1)
     if state["initial_eval"] is None:
-        state["initial_eval"] = evaluate(model, tokenizer, task, heldout, **eval_kw)
+        state["initial_eval"] = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
         _append(run_dir / "evals.jsonl", {"step": 0, "generated": 0, **state["initial_eval"]})
 
     def save_checkpoint(step_done: int) -> None:
-        checkpoint.save(
-            run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=cfg.keep_checkpoints
-        )
+        state["last_eval"] = last_eval
+        try:
+            checkpoint.save(
+                run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=cfg.keep_checkpoints
+            )
+        except OSError as e:
+            prev = checkpoint.latest(run_dir)
+            intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
+            reason = e.strerror or str(e)
+            hint = " Free disk space," if e.errno == errno.ENOSPC else ""
+            raise CheckpointError(
+                f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}.{hint} "
+                f"Rerun the same command to resume from the last checkpoint."
+            ) from e
 
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress, desc="grpo-replay", dynamic_ncols=True)
-    last_eval = state["initial_eval"]
+    last_eval = state.get("last_eval") or state["initial_eval"]
     model.train()
     for t in bar:
         t0 = time.perf_counter()
@@ -159,7 +186,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         }
         step_done = t + 1
         if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
-            last_eval = evaluate(model, tokenizer, task, heldout, **eval_kw)
+            last_eval = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
             _append(run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **last_eval})
         _append(run_dir / "metrics.jsonl", m)
         bar.set_postfix(
@@ -176,6 +203,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     bar.close()
 
     summary = _summary(cfg, state, last_eval, setup_info)
+    summary["reward_errors"], summary["reward_timeouts"] = scorer.errors, scorer.timeouts
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from .plots import plot_run
 
@@ -209,9 +237,9 @@ def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConf
     grad_norm = None
     if finite:
         params = [p for p in model.parameters() if p.grad is not None]
-        if cfg.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-        finite = grad_norm is None or math.isfinite(grad_norm)
+        # max_norm=inf measures the norm (to catch NaN/inf gradients) without scaling: clipping disabled.
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
+        finite = math.isfinite(grad_norm)
     if finite:
         optimizer.step()
         scheduler.step()
@@ -255,10 +283,37 @@ def _append(path: Path, row: dict) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def _truncate_jsonl(path: Path, step: int, key: str = "step", inclusive: bool = True) -> None:
-    """On resume, drop rows written after the checkpoint so the log matches an uninterrupted run."""
+def _truncate_jsonl(path: Path, step: int, key: str = "step") -> None:
+    """On resume, keep the rows with row[key] <= step (those the checkpoint covers) and drop the rest.
+
+    A line cut short by a kill mid-write is dropped too (it can only belong to a step being redone); the
+    file is replaced atomically so a second crash here cannot lose the rows before the checkpoint."""
     if not path.exists():
         return
-    rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-    keep = [r for r in rows if (r[key] <= step if inclusive else r[key] < step)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    keep = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get(key), int) and row[key] <= step:
+            keep.append(line + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write("".join(keep))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class _SafeRewardTask:
+    """The task as `evaluate` sees it, with `reward` going through the scorer (timeout, errors scored 0)."""
+
+    def __init__(self, task, scorer: RewardScorer):
+        self._task, self._scorer = task, scorer
+
+    def reward(self, text: str, problem) -> float:
+        return self._scorer.score_one(text, problem)
+
+    def __getattr__(self, name: str):
+        return getattr(self._task, name)

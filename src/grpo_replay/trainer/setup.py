@@ -25,23 +25,44 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
     return model, tokenizer, task, {"model": cfg.model, "data": cfg.data, "train_prompts": len(task.train)}
 
 
+class ModelLoadError(ValueError):
+    """TrainConfig.model cannot be loaded as a causal LM; the message says why."""
+
+
 def load_causal_lm(name: str, device: torch.device):
-    """A causal LM and its tokenizer from a local path or hub id, with clear errors for the usual mistakes."""
+    """A causal LM and its tokenizer from a local path or hub id, with clear errors for the usual mistakes:
+    a path that does not exist (FileNotFoundError), and a folder or id without a model config, holding a
+    model that is not a causal LM, or missing its weights or tokenizer (ModelLoadError)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     p = Path(name)
     looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists()
     if looks_local and not p.expanduser().exists():
         raise FileNotFoundError(f"TrainConfig.model: {name} does not exist")
+    src = str(p.expanduser()) if looks_local else name
     try:
-        config = AutoConfig.from_pretrained(str(p.expanduser()) if looks_local else name)
+        config = AutoConfig.from_pretrained(src)
     except (OSError, ValueError) as e:
-        raise ValueError(f"TrainConfig.model: cannot load a model config from {name!r}: {e}") from None
+        raise ModelLoadError(f"TrainConfig.model: cannot load a model config from {name!r}: {_first_line(e)}") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(p.expanduser()) if looks_local else name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
     except ValueError as e:
-        raise ValueError(f"TrainConfig.model: {name!r} ({type(config).__name__}) is not a causal LM: {e}") from None
-    tokenizer = AutoTokenizer.from_pretrained(str(p.expanduser()) if looks_local else name)
+        kind = getattr(config, "model_type", type(config).__name__)
+        raise ModelLoadError(
+            f"TrainConfig.model: {name!r} is a {type(config).__name__} (model_type {kind!r}), not a causal LM: "
+            f"AutoModelForCausalLM cannot load it. Use a decoder-only language model."
+        ) from None
+    except OSError as e:
+        raise ModelLoadError(f"TrainConfig.model: {name!r} has a config but its weights cannot be loaded: {_first_line(e)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"TrainConfig.model: {name!r} has no loadable tokenizer: {_first_line(e)}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model.to(device), tokenizer
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
