@@ -69,8 +69,9 @@ def bench_size(n, repeats):
         trb.extend(TensorDict({"a": torch.zeros(n)}, batch_size=[n]))
         trb.update_priority(torch.arange(n), torch.rand(n) + 1e-6)
         out["torchrl_sample512_ms"] = timeit(lambda: trb.sample(), repeats)
-    except ImportError:
+    except (ImportError, RuntimeError) as e:  # not installed, or its C++ segment tree not built for this torch
         out["torchrl_sample512_ms"] = None
+        out["torchrl_error"] = f"{type(e).__name__}: {e}"
     return out
 
 
@@ -104,10 +105,16 @@ def main():
     print(f"torch {torch.__version__}, numpy {np.__version__}")
     print("| stored N | sample 512 (ms) | torchrl sample 512 (ms) | add+evict+sample+compose, 256 fresh (ms) | bytes/rollout |")
     print("|---|---|---|---|---|")
-    for n in [int(x) for x in a.sizes.split(",")]:
+    sizes = [int(x) for x in a.sizes.split(",")]
+    notes: list[str] = []
+    for n in sizes:
         r = bench_size(n, a.repeats)
         tr = "n/a" if r["torchrl_sample512_ms"] is None else f"{r['torchrl_sample512_ms']:.2f}"
+        if r.get("torchrl_error") and n == sizes[0]:
+            notes.append(f"torchrl unavailable: {r['torchrl_error']}")
         print(f"| {n:,} | {r['sample512_ms']:.2f} | {tr} | {r['step_ms']:.2f} | {r['bytes_per_rollout']:.0f} |", flush=True)
+    for note in notes:
+        print(note)
     p = bench_paper_default(a.repeats)
     print(
         f"\npaper default: {p['stored']:,} stored rollouts (~1k completion tokens), evict+sample+compose+add "

@@ -76,10 +76,22 @@ class RolloutBatch:
             ts = [getattr(b, f.name) for b in batches]
             if ts[0] is None:
                 out[f.name] = None
-            elif f.name in ("prompt_ids", "prompt_mask"):
-                out[f.name] = torch.cat([_pad_left(t, P) for t in ts])
             elif ts[0].dim() == 2:
-                out[f.name] = torch.cat([_pad_right(t, C) for t in ts])
+                # One allocation, each part copied once into its slice (pad-then-cat would copy twice).
+                left = f.name in ("prompt_ids", "prompt_mask")
+                W = P if left else C
+                res = ts[0].new_zeros((sum(t.shape[0] for t in ts), W))
+                if not ts[0].is_floating_point():
+                    res.fill_(PAD_ID)
+                row = 0
+                for t in ts:
+                    n, w = t.shape
+                    if left:
+                        res[row : row + n, W - w :] = t
+                    else:
+                        res[row : row + n, :w] = t
+                    row += n
+                out[f.name] = res
             else:
                 out[f.name] = torch.cat(ts)
         return RolloutBatch(**out)
@@ -87,18 +99,6 @@ class RolloutBatch:
 
 def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:
     return None if t is None else t[idx.to(t.device)]
-
-
-def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    if t.shape[1] == width:
-        return t
-    return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=PAD_ID if not t.is_floating_point() else 0.0)
-
-
-def _pad_right(t: torch.Tensor, width: int) -> torch.Tensor:
-    if t.shape[1] == width:
-        return t
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=PAD_ID if not t.is_floating_point() else 0.0)
 
 
 def _last_one(mask: torch.Tensor) -> torch.Tensor:
