@@ -49,6 +49,10 @@ def test_rejects_non_finite_advantages_and_replay_rows():
     with pytest.raises(ValueError, match="finite"):
         buf.add(b, 0)
     b = make_batch(1, 4)
+    b.behaviour_logps = b.behaviour_logps[:, :-1]
+    with pytest.raises(ValueError, match="behaviour_logps has shape"):
+        buf.add(b, 0)
+    b = make_batch(1, 4)
     b.is_replay[:] = True
     with pytest.raises(ValueError, match="fresh"):
         buf.add(b, 0)

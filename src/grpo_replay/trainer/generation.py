@@ -111,34 +111,74 @@ def _lengths(mask: torch.Tensor) -> torch.Tensor:
     return (mask.ne(0).long().cpu() * pos).max(1).values if mask.shape[1] else torch.zeros(mask.shape[0], dtype=torch.long)
 
 
-def vllm_generate(llm, tokenizer, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float, seed: Optional[int] = None) -> Generation:
-    """Same contract as `generate`, through a vLLM `LLM` (optional extra, GPU). The caller keeps the vLLM
-    weights in sync with the policy (see `sync_vllm_weights`)."""
-    from vllm import SamplingParams  # optional extra
+class TransformersGenerator:
+    """Sampling with HF generate (KV cache); reads the live policy, so nothing to sync after an update."""
 
-    params = SamplingParams(n=group_size, temperature=temperature, top_k=-1, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
-    outs = llm.generate(list(prompts), params, use_tqdm=False)
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    comps = [list(c.token_ids) for o in outs for c in o.outputs]
-    C = max(1, max(len(c) for c in comps))
-    comp = torch.full((len(comps), C), pad, dtype=torch.long)
-    for i, c in enumerate(comps):
-        comp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-    mask = completion_mask(comp, eos)
-    real = (torch.arange(C).unsqueeze(0) < torch.tensor([len(c) for c in comps]).unsqueeze(1)).long()
-    mask = mask * real
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, "cpu")
-    return Generation(
-        prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
-        prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
-        completion_ids=comp * mask + pad * (1 - mask),
-        completion_mask=mask,
-        texts=decode(tokenizer, comp, mask),
-    )
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+
+    def __call__(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
+        return generate(self.model, self.tokenizer, prompts, group_size, max_new_tokens, temperature)
+
+    def sync(self) -> None:
+        pass
 
 
-def sync_vllm_weights(llm, model) -> None:
-    """Copy the policy's weights into an in-process vLLM engine (colocated on the same GPU)."""
-    state = model.state_dict()
-    runner = llm.llm_engine.model_executor.driver_worker.model_runner  # vLLM V0-style in-process engine
-    runner.model.load_weights(state.items())
+class VLLMGenerator:
+    """Sampling with an in-process vLLM engine colocated on the policy's GPU (optional extra `vllm`).
+
+    Same contract as `generate`. After every optimizer step `sync()` copies the policy weights into the engine
+    (the way TRL's colocate mode does), so rollouts always come from the current policy. Not exercised by the
+    test suite (no GPU there)."""
+
+    def __init__(self, model, tokenizer, max_model_len: int, seed: int, gpu_memory_utilization: float = 0.3):
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError("TrainConfig.generator='vllm' needs the optional extra: pip install 'grpo-replay[vllm]'") from e
+        import os
+
+        # A single-process "external launcher" engine shares this process's GPU and needs these set.
+        for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29533")):
+            os.environ.setdefault(k, v)
+        self.model, self.tokenizer, self.seed = model, tokenizer, seed
+        self.llm = LLM(
+            model=model.name_or_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            distributed_executor_backend="external_launcher",
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+        )
+        self._calls = 0
+
+    def __call__(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
+        from vllm import SamplingParams
+
+        self._calls += 1
+        params = SamplingParams(
+            n=group_size, temperature=temperature, top_k=-1, top_p=1.0, max_tokens=max_new_tokens, seed=self.seed + self._calls
+        )
+        outs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        comps = [list(c.token_ids) for o in outs for c in o.outputs]
+        C = max(1, max(len(c) for c in comps))
+        comp = torch.full((len(comps), C), pad, dtype=torch.long)
+        for i, c in enumerate(comps):
+            comp[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        real = (torch.arange(C).unsqueeze(0) < torch.tensor([len(c) for c in comps]).unsqueeze(1)).long()
+        mask = completion_mask(comp, eos) * real  # (N, C)
+        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts, "cpu")
+        return Generation(
+            prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
+            prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
+            completion_ids=comp * mask + pad * (1 - mask),
+            completion_mask=mask,
+            texts=decode(self.tokenizer, comp, mask),
+        )
+
+    def sync(self) -> None:
+        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
+        for name, param in self.model.named_parameters():
+            runner.model.load_weights([(name, param.data)])
+        self.llm.reset_prefix_cache()

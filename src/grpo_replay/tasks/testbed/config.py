@@ -88,7 +88,7 @@ class TestbedConfig:
     """Lower end of the target sampled pass-rate window."""
     target_pass_high: float = 0.25
     """Upper end of the target sampled pass-rate window."""
-    warmstart_max_seconds: float = 120.0
+    warmstart_max_seconds: float = 600.0
     """Wall-clock cap on the supervised loop (the closest checkpoint so far is kept)."""
     seed: int = 0
     """Seed of the warm start (data order, initialisation, evaluation sampling)."""

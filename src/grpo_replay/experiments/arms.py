@@ -1,0 +1,202 @@
+"""The arms of `grpo-replay compare`, the comparisons that group them, and the quick / full settings.
+
+An arm is a name plus the TrainConfig overrides that define it. Every arm except the compute-matched GRPO runs at
+the same generation budget (same fresh prompts x group size per step, same steps). Ablations change one axis of
+the paper's method at a time; the arm that equals the paper's method on that axis *is* the `paper` arm (its runs
+are shared, not repeated).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..tasks.testbed.config import TestbedConfig
+
+BASE = "grpo"
+"""The arm every other arm is compared with (paired over seeds)."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    label: str
+    overrides: dict = field(default_factory=dict, hash=False)
+    same_budget: bool = True
+    """False for arms that generate more rollouts per step than the rest (the compute-matched GRPO)."""
+    tau: Optional[float] = None
+    """x position on the tau_max curve (None = not on it; inf = no age eviction)."""
+
+
+def make_arms(setting: "Setting") -> dict[str, Arm]:
+    """All arms, keyed by name. The compute-matched arm depends on the setting's prompts_per_step."""
+    ppp = int(setting.overrides["prompts_per_step"])
+    ratio = float(setting.overrides.get("replay.replay_ratio", 0.5))
+    cm_prompts = int(round(ppp * (1.0 + ratio)))
+    arms = [
+        Arm("grpo", "GRPO (no replay)", {"preset": "grpo"}),
+        Arm("uniform_pool", "uniform-pool (query level)", {"preset": "uniform_pool"}),
+        Arm("sigma_pool", "sigma_g-pool (query level)", {"preset": "sigma_pool"}),
+        Arm("paper", "paper: |A| + fresh-anchored + tau_max=10", {"preset": "paper"}, tau=10),
+        Arm("tau1", "tau_max=1", {"preset": "paper", "replay.tau_max": 1}, tau=1),
+        Arm("tau2", "tau_max=2", {"preset": "paper", "replay.tau_max": 2}, tau=2),
+        Arm("tau5", "tau_max=5", {"preset": "paper", "replay.tau_max": 5}, tau=5),
+        Arm("tau20", "tau_max=20", {"preset": "paper", "replay.tau_max": 20}, tau=20),
+        Arm("tau_none", "tau_max=none (no age eviction)", {"preset": "paper", "replay.tau_max": None}, tau=float("inf")),
+        Arm("comp_pool", "pool composition (|A|, rollout level)", {"preset": "paper", "replay.composition": "pool"}),
+        Arm("prio_sigma", "sigma_g priority (fresh-anchored, rollout level)", {"preset": "paper", "replay.priority": "group_std"}),
+        Arm("prio_uniform", "uniform priority (fresh-anchored, rollout level; = alpha 0)", {"preset": "paper", "replay.priority": "uniform"}),
+        Arm("alpha1", "alpha=1 (proportional to |A|)", {"preset": "paper", "replay.alpha": 1.0}),
+        Arm(
+            "grpo_cm",
+            f"compute-matched GRPO ({cm_prompts} prompts/step = (1 + replay_ratio) x {ppp})",
+            {"preset": "grpo", "prompts_per_step": cm_prompts},
+            same_budget=False,
+        ),
+    ]
+    return {a.name: a for a in arms}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    title: str
+    arms: tuple[str, ...]
+    question: str
+
+
+COMPARISONS: dict[str, Comparison] = {
+    c.name: c
+    for c in [
+        Comparison(
+            "main", "Main arms (the paper's headline table)", ("grpo", "uniform_pool", "sigma_pool", "paper"),
+            "Does the paper's method beat plain GRPO and the naive query-level replay baselines?",
+        ),
+        Comparison(
+            "tau_max", "Age eviction: tau_max", ("grpo", "tau1", "tau2", "tau5", "paper", "tau20", "tau_none"),
+            "Is a moderate maximum age best?",
+        ),
+        Comparison(
+            "composition", "Composition (|A| priority, rollout level)", ("grpo", "paper", "comp_pool"),
+            "Fresh-anchored (concatenate) vs pool (replay displaces fresh rows).",
+        ),
+        Comparison(
+            "priority", "Priority (fresh-anchored, rollout level)", ("grpo", "paper", "prio_sigma", "prio_uniform"),
+            "|A_i| vs sigma_g vs uniform.",
+        ),
+        Comparison(
+            "compute", "Replay vs generating more (compute-matched GRPO)", ("grpo", "paper", "grpo_cm"),
+            "Is replay better than a GRPO whose fresh batch is (1 + replay_ratio) times larger, so it updates on as "
+            "many rows? grpo_cm generates more rollouts: compare it at equal update rows (equal steps) and read "
+            "the generated-rollouts axis honestly.",
+        ),
+        Comparison(
+            "alpha", "Priority exponent alpha (uniform priority = alpha 0)", ("grpo", "prio_uniform", "paper", "alpha1"),
+            "How sharp should the |A| priority be?",
+        ),
+    ]
+}
+
+# Order in which comparisons are scheduled (and dropped first when --comparisons is narrowed): alpha last.
+PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "alpha")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    overrides: dict
+    """TrainConfig overrides shared by every run (sizes; the testbed's own defaults otherwise)."""
+    seeds: int
+    comparisons: tuple[str, ...]
+    cache_in_out: bool = False
+    """Keep the warm-start cache inside the output directory (the quick setting, so tests stay hermetic)."""
+    budgets: int = 3
+    """Number of fixed generated-rollout budgets in the tables (evenly spaced eval points, the last included)."""
+    only_arms: Optional[tuple[str, ...]] = None
+    """Restrict every comparison to these arms (the quick setting keeps a few); None = all arms."""
+
+
+# The tiny testbed of the trainer's tests: 1-digit sums, width 32, an 80-step warm start; seconds per run.
+_TINY_TESTBED = {
+    "testbed.digits_max": 1,
+    "testbed.difficulty_weights": [1.0],
+    "testbed.working_prob": [0.2],
+    "testbed.hidden_size": 32,
+    "testbed.num_layers": 1,
+    "testbed.num_heads": 2,
+    "testbed.intermediate_size": 64,
+    "testbed.warmstart_max_steps": 80,
+    "testbed.warmstart_lr": 0.01,
+    "testbed.warmstart_batch": 32,
+    "testbed.warmstart_eval_every": 10,
+    "testbed.warmstart_eval_problems": 64,
+    "testbed.warmstart_min_steps": 0,
+    "testbed.target_pass_low": 0.2,
+    "testbed.target_pass_high": 0.6,
+    "testbed.max_new_tokens": 8,
+}
+
+QUICK = Setting(
+    name="quick",
+    overrides={
+        "steps": 6,
+        "prompts_per_step": 8,
+        "group_size": 4,
+        "eval_every": 3,
+        "eval_problems": 16,
+        "eval_samples": 4,
+        "checkpoint_every": 0,
+        "lr": 3e-3,
+        "replay.warmup_steps": 2,
+        **_TINY_TESTBED,
+    },
+    seeds=2,
+    comparisons=("main", "tau_max", "compute"),
+    cache_in_out=True,
+    budgets=2,
+    only_arms=("grpo", "paper", "tau2", "grpo_cm"),
+)
+
+FULL = Setting(
+    name="full",
+    overrides={
+        "steps": 80,
+        "prompts_per_step": 16,
+        "group_size": 8,
+        "eval_every": 20,
+        "eval_problems": 96,
+        "eval_samples": 8,
+        "checkpoint_every": 40,
+    },
+    seeds=5,
+    comparisons=PRIORITY_ORDER,
+    budgets=3,
+)
+
+SETTINGS = {"quick": QUICK, "full": FULL}
+
+
+def comparison_arms(name: str, only_arms: Optional[tuple[str, ...]] = None) -> tuple[str, ...]:
+    arms = COMPARISONS[name].arms
+    return tuple(a for a in arms if only_arms is None or a in only_arms or a == BASE)
+
+
+def arms_for(comparisons: tuple[str, ...], only_arms: Optional[tuple[str, ...]] = None) -> list[str]:
+    """Unique arm names needed by the comparisons, base arm first, in first-use order."""
+    out = [BASE]
+    for c in comparisons:
+        for a in comparison_arms(c, only_arms):
+            if a not in out:
+                out.append(a)
+    return out
+
+
+def seed_overrides(seed: int) -> dict[str, Any]:
+    """Seed i varies the training seed (prompts, generation, buffer, and the eval sampling seed = seed + 777)
+    and the warm start (testbed.seed), so the spread over seeds includes the starting model."""
+    return {"seed": seed, "testbed.seed": seed}
+
+
+def testbed_of(overrides: dict) -> TestbedConfig:
+    from ..trainer.config import resolve
+
+    return resolve(overrides).testbed

@@ -1,0 +1,113 @@
+"""PNG plots of a comparison: accuracy vs generated rollouts with CI bands, the tau_max curve, pass@k curves."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .stats import ArmStats  # noqa: E402
+
+
+def _clip(v: float) -> float:
+    """Accuracy bands are drawn inside [0, 100] % (the t-interval itself is reported unclipped)."""
+    return min(100.0, max(0.0, v))
+
+
+def _series(cis: list[dict], grid: list[float]):
+    xs, m, lo, hi = [], [], [], []
+    for x, c in zip(grid, cis):
+        if c["mean"] is None:
+            continue
+        xs.append(x)
+        m.append(100 * c["mean"])
+        lo.append(_clip(100 * (c["lo"] if c["lo"] is not None else c["mean"])))
+        hi.append(_clip(100 * (c["hi"] if c["hi"] is not None else c["mean"])))
+    return xs, m, lo, hi
+
+
+def accuracy_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharex=True)
+    for ax, key, name in ((axes[0], "acc_sampled", "sampled mean@n"), (axes[1], "acc_greedy", "greedy")):
+        for arm in arms:
+            st = stats[arm]
+            xs, m, lo, hi = _series(st.curve[key], st.curve["grid"])
+            style = "--" if arm.startswith("grpo") else "-"
+            (line,) = ax.plot(xs, m, style, marker=".", label=labels.get(arm, arm))
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_xlabel("generated rollouts")
+        ax.set_ylabel(f"held-out accuracy, {name} (%)")
+        ax.grid(alpha=0.3)
+    n = max((len(stats[a].seeds) for a in arms), default=0)
+    fig.suptitle(f"{title}: mean over {n} seeds, band = 95 % CI")
+    axes[0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path, base: str = "grpo") -> Path:
+    """Final sampled and greedy accuracy vs tau_max (no eviction drawn at the right end), GRPO as a band."""
+    items = sorted(((t, a) for a, t in tau_arms.items() if a in stats), key=lambda x: x[0])
+    finite = [t for t, _ in items if math.isfinite(t)]
+    x_none = (max(finite) * 2.5) if finite else 1.0
+    xs = [t if math.isfinite(t) else x_none for t, _ in items]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for key, name, marker in (("acc_sampled", "sampled mean@n", "o"), ("acc_greedy", "greedy", "s")):
+        ms = [100 * stats[a].final[key]["mean"] for _, a in items]
+        fin = [stats[a].final[key] for _, a in items]
+        err = [
+            [m - _clip(100 * (f["lo"] if f["lo"] is not None else f["mean"])) for m, f in zip(ms, fin)],
+            [_clip(100 * (f["hi"] if f["hi"] is not None else f["mean"])) - m for m, f in zip(ms, fin)],
+        ]
+        (line,) = ax.plot(xs, ms, marker=marker, label=f"replay, {name}")
+        ax.errorbar(xs, ms, yerr=err, fmt="none", ecolor=line.get_color(), capsize=3)
+        if base in stats:
+            b = stats[base].final[key]
+            ax.axhline(100 * b["mean"], color=line.get_color(), ls="--", lw=1, label=f"GRPO, {name}")
+            if b["lo"] is not None:
+                ax.axhspan(_clip(100 * b["lo"]), _clip(100 * b["hi"]), color=line.get_color(), alpha=0.08)
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(xs)
+    ax.set_xticklabels(["none" if not math.isfinite(t) else f"{t:g}" for t, _ in items])
+    ax.set_xlabel("tau_max (steps)")
+    ax.set_ylabel("final held-out accuracy (%)")
+    ax.set_title("Age eviction: final accuracy vs tau_max (95 % CI)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, arm in enumerate(arms):
+        pk = {k: v for k, v in stats[arm].pass_at_k.items() if k != "diff"}
+        ks = sorted(pk)
+        ms = [100 * pk[k]["mean"] for k in ks]
+        lo = [_clip(100 * (pk[k]["lo"] if pk[k]["lo"] is not None else pk[k]["mean"])) for k in ks]
+        hi = [_clip(100 * (pk[k]["hi"] if pk[k]["hi"] is not None else pk[k]["mean"])) for k in ks]
+        style = "--" if arm.startswith("grpo") else "-"
+        (line,) = ax.plot(ks, ms, style, marker="o", label=labels.get(arm, arm))
+        ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks_all := sorted({k for a in arms for k in stats[a].pass_at_k if k != "diff"}))
+    ax.set_xticklabels([str(k) for k in ks_all])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("k")
+    ax.set_ylabel("final held-out pass@k (%)")
+    ax.set_title(f"{title}: pass@k (95 % CI)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

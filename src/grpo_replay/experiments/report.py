@@ -1,0 +1,256 @@
+"""Aggregating finished runs into tables (markdown), machine-readable results (JSON/CSV) and PNG plots."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any, Optional
+
+from . import plots
+from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
+from .claims import check_claims
+from .runner import RunSpec
+from .stats import CONFIDENCE, ArmStats, Run, arm_stats, choose_budgets, curve_grid, load_run
+
+
+def build_report(
+    specs: list[RunSpec],
+    arms: dict[str, Arm],
+    setting: Setting,
+    comparisons: list[str],
+    report_dir: Path,
+    command: str,
+    extra_overrides: Optional[dict] = None,
+    run_info: Optional[dict] = None,
+) -> dict[str, Any]:
+    """Write report.md, results.json, results.csv, runs.csv and the PNGs into report_dir; return the results."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[Run]] = {}
+    missing = []
+    for s in specs:
+        r = load_run(s.arm, s.seed, s.run_dir)
+        if r is None:
+            missing.append(f"{s.arm}/seed{s.seed}")
+        else:
+            runs.setdefault(s.arm, []).append(r)
+    # † marks arms that generate more rollouts per step than the rest (not at the same generation budget).
+    labels = {a.name: a.label + ("" if a.same_budget else " †") for a in arms.values()}
+    results: dict[str, Any] = {
+        "command": command,
+        "setting": setting.name,
+        "overrides": {**setting.overrides, **(extra_overrides or {})},
+        "seeds": sorted({s.seed for s in specs}),
+        "confidence": CONFIDENCE,
+        "missing_runs": missing,
+        "run_info": run_info or {},
+        "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
+        "comparisons": {},
+        "claims": [],
+        "files": [],
+    }
+    if not runs.get(BASE):
+        (report_dir / "report.md").write_text(f"# grpo-replay compare\n\nNo finished {BASE} runs yet; missing: {missing}\n")
+        (report_dir / "results.json").write_text(json.dumps(results, indent=1))
+        return results
+
+    base_by_seed = {r.seed: r for r in runs[BASE]}
+    budgets = choose_budgets(runs[BASE], setting.budgets)
+    n_max = max(int(r.final["n_samples"]) for rs in runs.values() for r in rs)
+    ks = list(range(1, n_max + 1))
+    grid = curve_grid([r for rs in runs.values() for r in rs])
+    stats = {a: arm_stats(rs, base_by_seed, budgets, ks, grid) for a, rs in runs.items()}
+    claims = check_claims(runs)
+    results["budgets"] = budgets
+    results["claims"] = claims
+    results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
+
+    files = []
+    for c in comparisons:
+        comp = COMPARISONS[c]
+        names = [a for a in comparison_arms(c, setting.only_arms) if a in stats]
+        results["comparisons"][c] = {"title": comp.title, "question": comp.question, "arms": names}
+        files.append(plots.accuracy_curves(stats, names, labels, comp.title, report_dir / f"accuracy_{c}.png"))
+        files.append(plots.pass_at_k_curves(stats, names, labels, comp.title, report_dir / f"pass_at_k_{c}.png"))
+    tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
+    if "tau_max" in comparisons and tau_arms:
+        files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))
+    results["files"] = [f.name for f in files] + ["report.md", "results.json", "results.csv", "runs.csv"]
+
+    _write_csv(report_dir / "results.csv", stats, budgets)
+    _write_runs_csv(report_dir / "runs.csv", runs)
+    (report_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
+    (report_dir / "report.md").write_text(_markdown(results, stats, runs, labels, comparisons, budgets, files))
+    return results
+
+
+# ------------------------------------------------------------------------------------------- formatting
+def _acc(c: dict) -> str:
+    if not c or c.get("mean") is None:
+        return "n/a"
+    if c.get("lo") is None:
+        return f"{100 * c['mean']:.1f}"
+    return f"{100 * c['mean']:.1f} [{100 * c['lo']:.1f}, {100 * c['hi']:.1f}]"
+
+
+def _diff(c: dict, scale: float = 100.0, unit: str = "") -> str:
+    if not c or c.get("mean") is None:
+        return "–"
+    if c.get("lo") is None:
+        return f"{scale * c['mean']:+.1f}{unit}"
+    star = "*" if c["lo"] > 0 or c["hi"] < 0 else ""
+    return f"{scale * c['mean']:+.1f}{unit} [{scale * c['lo']:+.1f}, {scale * c['hi']:+.1f}]{star}"
+
+
+def _num(c: dict, fmt: str = "{:.0f}") -> str:
+    return "n/a" if not c or c.get("mean") is None else fmt.format(c["mean"])
+
+
+def _k(x: float) -> str:
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    def cells(r: list[str]) -> str:
+        return "| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |"
+
+    return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
+
+
+def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, budgets, files) -> str:
+    seeds = results["seeds"]
+    lines = [
+        f"# grpo-replay compare: the paper's comparisons on the embedded testbed ({results['setting']} setting)",
+        "",
+        "Made by:",
+        "",
+        "```",
+        results["command"],
+        "```",
+        "",
+        f"Seeds {seeds} (seed i sets the training seed, the evaluation sampling seed = seed + 777, and the warm start "
+        "`testbed.seed` = i; arms are paired by seed). Every number is a mean over seeds with a two-sided "
+        f"{int(100 * results['confidence'])} % t-interval in brackets; Δ columns are paired (same-seed) differences vs "
+        "GRPO, in percentage points, marked * when the interval excludes 0. Accuracies are held-out accuracy in %: "
+        "sampled = mean@n (the paper's metric), greedy = one greedy completion per problem. † = an arm that generates "
+        "more rollouts per step than the others (compute-matched GRPO), so at equal steps it is not at the same "
+        "generation budget; the budget tables interpolate it at the same generated-rollout counts.",
+        "",
+        "Settings shared by every run (other keys: the trainer's and testbed's defaults, see each run's config.yaml): `"
+        + " ".join(f"{k}={v}" for k, v in results["overrides"].items())
+        + "`",
+        "",
+    ]
+    warm = [(r.seed, r.warm_start) for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)]
+    if warm:
+        lines += ["Warm starts (one per seed, shared by all arms): " + "; ".join(
+            f"seed {s}: pass@1 {(w.get('pass_rate') if w.get('pass_rate') is not None else float('nan')):.3f} at step {w.get('step')} ({w.get('stop_reason')})"
+            for s, w in warm) + ".", ""]
+    info = results.get("run_info") or {}
+    if info:
+        lines += [f"Runs: {info.get('runs', '?')} ({info.get('ran', 0)} run now, {info.get('skipped', 0)} reused), "
+                  f"{info.get('jobs', '?')} parallel jobs, wall time of this invocation {info.get('wall_s', 0) / 60:.1f} min; "
+                  f"python {platform.python_version()}.", ""]
+    if results["missing_runs"]:
+        lines += [f"**Missing (unfinished or failed) runs, left out of every number:** {', '.join(results['missing_runs'])}", ""]
+
+    lines += ["## The paper's claims on the testbed", ""]
+    lines.append(_table(["claim", "verdict", "evidence"], [[c["claim"], f"**{c['verdict']}**", "<br>".join(c["evidence"]) or "–"] for c in results["claims"]]))
+    lines += ["", "Verdicts: *holds* = paired difference in the claimed direction with a 95 % CI excluding 0; "
+              "*direction agrees, not significant* = right sign, CI includes 0; *does not hold* = wrong sign; "
+              "*not tested* = an arm is missing in this setting.", ""]
+
+    for c in comparisons:
+        comp = results["comparisons"].get(c)
+        if not comp:
+            continue
+        names = comp["arms"]
+        lines += [f"## {comp['title']}", "", comp["question"], ""]
+        for key, name in (("acc_sampled", "sampled mean@n"), ("acc_greedy", "greedy")):
+            header = ["arm"] + [f"{name} @ {_k(b)} rollouts" for b in budgets] + [f"Δ vs GRPO @ {_k(budgets[-1])}"]
+            rows = []
+            for a in names:
+                st = stats[a]
+                rows.append([labels[a]] + [_acc(st.budgets[b][key]) for b in budgets] + [_diff(st.budgets[budgets[-1]][key + "_diff"]) if a != BASE else "–"])
+            lines += [f"Held-out accuracy ({name}, %) at fixed generated-rollout budgets:", "", _table(header, rows), ""]
+        header = ["arm", "generated", "update rows", "sampled", "Δ sampled", "greedy", "Δ greedy",
+                  "rollouts to GRPO's final acc. (seeds reaching)", "AES vs GRPO", "len correct (Δ % vs GRPO)", "len incorrect (Δ % vs GRPO)"]
+        rows = []
+        for a in names:
+            st = stats[a]
+            f, reach = st.final, st.reach
+            mc = reach["mean_curve"]
+            rows.append([
+                labels[a], _k(f["generated"]["mean"]), _k(f["update_rows"]["mean"]), _acc(f["acc_sampled"]),
+                _diff(f["acc_sampled_diff"]) if a != BASE else "–", _acc(f["acc_greedy"]), _diff(f["acc_greedy_diff"]) if a != BASE else "–",
+                f"{_k(mc) if mc is not None else 'not reached'} ({reach['reached']}/{reach['n']})",
+                _diff(f["aes"], scale=1.0) if a != BASE else "–",
+                f"{_num(f['len_correct'], '{:.2f}')} ({_diff(f['len_correct_rel'], unit=' %')})" if a != BASE else _num(f["len_correct"], "{:.2f}"),
+                f"{_num(f['len_incorrect'], '{:.2f}')} ({_diff(f['len_incorrect_rel'], unit=' %')})" if a != BASE else _num(f["len_incorrect"], "{:.2f}"),
+            ])
+        lines += [
+            "At the end of training (equal steps, so equal update rows for the compute-matched GRPO; it generated more). "
+            "'Rollouts to GRPO's final acc.' is where the seed-mean sampled-accuracy curve first reaches GRPO's mean final "
+            "sampled accuracy (linear between evaluations), with the number of seeds whose own curve reaches it. "
+            "AES (alpha 1, beta 3, gamma 5) uses sampled accuracy and mean completion length, paired per seed. "
+            "Lengths are mean completion tokens.",
+            "", _table(header, rows), "",
+        ]
+        ks = [k for k in sorted(k for k in stats[BASE].pass_at_k if k != "diff") if k & (k - 1) == 0]
+        header = ["arm"] + [f"pass@{k}" for k in ks] + [f"Δ pass@{ks[-1]} vs GRPO"]
+        rows = [[labels[a]] + [_acc(stats[a].pass_at_k.get(k)) for k in ks] + [_diff(stats[a].pass_at_k["diff"].get(ks[-1])) if a != BASE else "–"] for a in names]
+        lines += ["Final held-out pass@k (%, unbiased estimator from the per-problem counts):", "", _table(header, rows), ""]
+        lines += [f"![accuracy vs generated rollouts](accuracy_{c}.png)", "", f"![pass@k](pass_at_k_{c}.png)", ""]
+        if c == "tau_max" and (Path(files[0]).parent / "tau_max.png").exists():
+            lines += ["![tau_max curve](tau_max.png)", ""]
+
+    lines += ["## Files", "", "results.json (everything above, machine-readable), results.csv (one row per arm x metric), "
+              "runs.csv (one row per run), the PNGs. Run directories: `<out>/runs/<arm>/seed<i>-<config hash>/`.", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- writers
+def _write_csv(path: Path, stats: dict[str, ArmStats], budgets: list[float]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arm", "metric", "at", "mean", "ci_lo", "ci_hi", "n", "diff_vs_grpo", "diff_lo", "diff_hi"])
+
+        def row(arm, metric, at, c, d=None):
+            d = d or {}
+            w.writerow([arm, metric, at, c.get("mean"), c.get("lo"), c.get("hi"), c.get("n"), d.get("mean"), d.get("lo"), d.get("hi")])
+
+        for arm, st in stats.items():
+            for b in budgets:
+                for key in ("acc_sampled", "acc_greedy"):
+                    row(arm, key, f"generated={b:g}", st.budgets[b][key], st.budgets[b][key + "_diff"])
+            for key in ("acc_sampled", "acc_greedy", "len_all", "len_correct", "len_incorrect"):
+                row(arm, key, "final", st.final[key], st.final[key + "_diff"])
+            for key in ("len_correct_rel", "len_incorrect_rel", "len_all_rel", "aes", "generated", "update_rows"):
+                row(arm, key, "final", st.final[key])
+            for k, c in st.pass_at_k.items():
+                if k != "diff":
+                    row(arm, f"pass@{k}", "final", c, st.pass_at_k["diff"].get(k))
+            row(arm, "rollouts_to_grpo_final_acc", f"target={st.reach['target']:.4f}", st.reach["per_seed"])
+
+
+def _write_runs_csv(path: Path, runs: dict[str, list[Run]]) -> None:
+    keys = ["acc_sampled", "acc_greedy", "len_all", "len_correct", "len_incorrect"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arm", "seed", "generated", "update_rows", *keys, "pass_at_k"])
+        for arm, rs in runs.items():
+            for r in rs:
+                w.writerow([arm, r.seed, r.generated, r.update_rows, *[r.final.get(k) for k in keys], json.dumps(r.final.get("pass@k"))])
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        return x.item()
+    return x

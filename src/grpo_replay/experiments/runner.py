@@ -1,0 +1,243 @@
+"""Planning and running the training runs of a comparison: one process per run, resumable, with progress.
+
+Each run is one `grpo_replay.trainer.loop.train` call in a worker process (spawned, one torch thread each).
+Warm starts are computed first, one per distinct testbed config, so no two workers ever train the same warm start.
+A run whose directory holds `summary.json` is finished and skipped; an unfinished one is resumed by the trainer
+from its last checkpoint. The run directory name carries a hash of the resolved config, so changing any setting
+(or a testbed default) starts fresh runs instead of silently reusing stale ones.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .arms import Arm, seed_overrides
+
+# Keys that do not change what a run computes (excluded from the run-directory hash).
+_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every")
+
+
+@dataclass
+class RunSpec:
+    arm: str
+    seed: int
+    overrides: dict
+    run_dir: Path
+    steps: int
+
+    @property
+    def done(self) -> bool:
+        return (self.run_dir / "summary.json").exists()
+
+    def steps_done(self) -> int:
+        p = self.run_dir / "metrics.jsonl"
+        if self.done:
+            return self.steps
+        try:
+            with open(p, "rb") as f:
+                return min(self.steps, sum(1 for _ in f))
+        except OSError:
+            return 0
+
+
+def config_hash(overrides: dict) -> str:
+    """Short hash of the fully resolved TrainConfig (defaults included), minus keys that do not change results."""
+    from ..trainer.config import resolve
+
+    flat = _flatten(resolve(overrides).to_dict())
+    for k in _UNHASHED:
+        flat.pop(k, None)
+    blob = json.dumps(flat, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def plan(
+    arms: list[Arm], seeds: list[int], base_overrides: dict, out: Path, cache_dir: Optional[str] = None
+) -> list[RunSpec]:
+    """One RunSpec per (arm, seed): setting overrides < arm overrides < seed overrides."""
+    specs = []
+    for arm in arms:
+        for seed in seeds:
+            ov = {**base_overrides, **arm.overrides, **seed_overrides(seed), "progress": False}
+            if cache_dir:
+                ov["testbed.cache_dir"] = str(cache_dir)
+            run_dir = out / "runs" / arm.name / f"seed{seed}-{config_hash(ov)}"
+            ov["out_dir"] = str(run_dir)
+            specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"])))
+    return specs
+
+
+# ----------------------------------------------------------------------------------------- worker side
+def _init_worker() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _warm_one(overrides: dict) -> str:
+    from ..tasks.testbed import warm_start
+    from ..trainer.config import resolve
+
+    tb = resolve(overrides).testbed
+    _, _, info = warm_start(tb, progress=False)
+    return str(info.get("cache_path", ""))
+
+
+def _train_one(overrides: dict) -> dict:
+    from ..trainer.config import resolve
+    from ..trainer.loop import train
+
+    t0 = time.time()
+    cfg = resolve(overrides)
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    # The run's own prints and warnings go to <run dir>/train.log, not over the progress display.
+    with open(cfg.run_dir / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            summary = train(cfg)
+        except Exception as e:  # re-raised as a plain error so any exception type crosses the process boundary
+            traceback.print_exc()
+            raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {cfg.run_dir / 'train.log'})") from None
+    return {"wall_s": time.time() - t0, "generated": summary.get("generated_rollouts")}
+
+
+# ----------------------------------------------------------------------------------------- driver side
+class _Progress:
+    """One bar over all training steps of all runs to do (polled from each run's metrics.jsonl)."""
+
+    def __init__(self, specs: list[RunSpec], enabled: bool):
+        self.specs, self.enabled = specs, enabled
+        self.total = sum(s.steps for s in specs)
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, desc="compare", unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def update(self, done: int, running: list[RunSpec], failed: int) -> None:
+        if self.bar is None:
+            return
+        n = sum(s.steps_done() for s in self.specs)
+        self.bar.n = n
+        post = f"runs {done}/{len(self.specs)}"
+        if failed:
+            post += f", {failed} failed"
+        if running:
+            post += " | " + ", ".join(f"{s.arm}/s{s.seed}" for s in running[:4])
+        self.bar.set_postfix_str(post, refresh=False)
+        self.bar.refresh()
+
+    def log(self, msg: str) -> None:
+        if self.bar is not None:
+            self.bar.write(msg, file=sys.stderr)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def execute(specs: list[RunSpec], jobs: int, progress: bool = True, poll_s: float = 2.0) -> dict[str, Any]:
+    """Run every unfinished spec over `jobs` worker processes. Returns {"ran", "skipped", "failed": [...], "wall_s"}.
+
+    Failures do not stop the other runs; they are returned (and the caller reports them)."""
+    t0 = time.time()
+    todo = [s for s in specs if not s.done]
+    skipped = len(specs) - len(todo)
+    result: dict[str, Any] = {"ran": 0, "skipped": skipped, "failed": [], "wall_s": 0.0}
+    if not todo:
+        return result
+    jobs = max(1, min(jobs, len(todo)))
+    prog = _Progress(todo, progress)
+    prog.log(f"compare: {len(todo)} runs to do ({skipped} finished runs skipped), {jobs} parallel jobs")
+    old_omp = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the spawned workers before torch is imported
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+            try:
+                _warm_starts(pool, todo, prog)
+                _train_all(pool, todo, prog, result, poll_s)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    finally:
+        if old_omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old_omp
+        prog.close()
+    result["wall_s"] = time.time() - t0
+    return result
+
+
+def _warm_starts(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress) -> None:
+    """Compute (or load) each distinct warm start once, in parallel, before any run needs it."""
+    from ..tasks.testbed.warmstart import _is_complete
+    from ..trainer.config import resolve
+
+    distinct: dict[str, dict] = {}
+    for s in todo:
+        cfg = resolve(s.overrides)
+        if cfg.reward == "testbed":
+            distinct.setdefault(str(cfg.testbed.cache_path()), s.overrides)
+    missing = {k: ov for k, ov in distinct.items() if not _is_complete(Path(k))}
+    if not missing:
+        return
+    prog.log(f"compare: computing {len(missing)} warm start(s) first")
+    futs = [pool.submit(_warm_one, ov) for ov in missing.values()]
+    for f in futs:
+        f.result()
+
+
+def _train_all(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress, result: dict, poll_s: float) -> None:
+    running: dict[Future, RunSpec] = {}
+    queue = list(todo)
+    jobs = pool._max_workers  # noqa: SLF001  (keep only `jobs` runs in flight, so the bar shows what runs)
+    done = 0
+    while queue or running:
+        while queue and len(running) < jobs:
+            s = queue.pop(0)
+            running[pool.submit(_train_one, s.overrides)] = s
+        finished, _ = wait(list(running), timeout=poll_s, return_when=FIRST_COMPLETED)
+        for f in finished:
+            s = running.pop(f)
+            done += 1
+            err = f.exception()
+            if err is None:
+                r = f.result()
+                result["ran"] += 1
+                prog.log(f"  done {s.arm} seed {s.seed} in {r['wall_s']:.0f}s -> {s.run_dir}")
+            else:
+                result["failed"].append({"arm": s.arm, "seed": s.seed, "run_dir": str(s.run_dir), "error": str(err)})
+                prog.log(f"  FAILED {s.arm} seed {s.seed}: {str(err).splitlines()[0]}")
+        prog.update(done, list(running.values()), len(result["failed"]))

@@ -1,0 +1,224 @@
+"""Statistics over seeds: t-distribution 95 % confidence intervals, paired differences vs GRPO, budget curves.
+
+All metric arithmetic (mean@n, pass@k, AES, relative length change) comes from `grpo_replay.eval.metrics`; this
+module only reads run directories and aggregates over seeds. Seeds are paired across arms (seed i of every arm
+starts from the same warm start and evaluates with the same sampling seed), so differences vs GRPO are computed
+per seed and then summarised.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..eval.metrics import aes, evaluate_correctness, relative_change
+
+CONFIDENCE = 0.95
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """Two-sided t critical value (scipy when installed; otherwise a table for 95 %, normal beyond df 30)."""
+    try:
+        from scipy import stats
+
+        return float(stats.t.ppf(0.5 + confidence / 2, df))
+    except ImportError:  # pragma: no cover - scipy is a dev dependency
+        if abs(confidence - 0.95) > 1e-9:
+            raise
+        table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+                 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+                 2.045, 2.042]
+        return table[df - 1] if df <= 30 else 1.96
+
+
+def ci(values: Sequence[Optional[float]], confidence: float = CONFIDENCE) -> dict:
+    """Mean and t-interval over the non-missing values: {"mean", "lo", "hi", "n", "sd"} (lo/hi None if n < 2)."""
+    xs = np.array([v for v in values if v is not None and not _nan(v)], dtype=float)
+    n = len(xs)
+    if n == 0:
+        return {"mean": None, "lo": None, "hi": None, "n": 0, "sd": None}
+    mean = float(xs.mean())
+    if n < 2:
+        return {"mean": mean, "lo": None, "hi": None, "n": 1, "sd": None}
+    sd = float(xs.std(ddof=1))
+    half = t_quantile(n - 1, confidence) * sd / math.sqrt(n)
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "sd": sd}
+
+
+def _nan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def interp(xs: Sequence[float], ys: Sequence[float], x: float) -> Optional[float]:
+    """Piecewise-linear value of the curve (xs increasing) at x; None outside [xs[0], xs[-1]]."""
+    if not xs or x < xs[0] - 1e-9 or x > xs[-1] + 1e-9:
+        return None
+    return float(np.interp(x, xs, ys))
+
+
+def budget_to_reach(xs: Sequence[float], ys: Sequence[float], target: float) -> Optional[float]:
+    """Smallest x at which the piecewise-linear curve first reaches `target`; None if it never does."""
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        if y >= target:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return float(x0 + (target - y0) * (x - x0) / (y - y0)) if y != y0 else float(x)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ runs
+@dataclass
+class Run:
+    arm: str
+    seed: int
+    evals: list[dict]
+    update_rows: int
+    generated: int
+    warm_start: dict = field(default_factory=dict)
+
+    @property
+    def final(self) -> dict:
+        return self.evals[-1]
+
+    def curve(self, key: str) -> tuple[list[float], list[float]]:
+        return [float(e["generated"]) for e in self.evals], [float(e[key]) for e in self.evals]
+
+    def pass_at(self, ks: Sequence[int], which: int = -1) -> dict[int, float]:
+        e = self.evals[which]
+        n = int(e["n_samples"])
+        ks = [k for k in ks if k <= n]
+        return evaluate_correctness([(n, int(c)) for c in e["counts"]], ks)["pass@k"]
+
+
+def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
+    """A finished run (summary.json present) or None."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "summary.json").exists():
+        return None
+    evals = _jsonl(run_dir / "evals.jsonl")
+    metrics = _jsonl(run_dir / "metrics.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    warm = (summary.get("setup") or {}).get("warm_start") or {}
+    warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key")}
+    rows = sum(int(m.get("update_rows") or 0) for m in metrics)
+    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+
+# --------------------------------------------------------------------------------------- aggregation
+@dataclass
+class ArmStats:
+    arm: str
+    seeds: list[int]
+    budgets: dict = field(default_factory=dict)   # budget -> {"acc_sampled": ci, "acc_greedy": ci, diffs ...}
+    final: dict = field(default_factory=dict)     # metric -> ci (and "<metric>_diff" -> paired ci vs base)
+    pass_at_k: dict = field(default_factory=dict)  # k -> ci; "diff" -> {k -> ci}
+    reach: dict = field(default_factory=dict)     # rollouts to reach the base's final accuracy
+    curve: dict = field(default_factory=dict)     # grid of generated -> acc_sampled/acc_greedy ci (for plots)
+
+
+def choose_budgets(base_runs: list[Run], n: int) -> list[float]:
+    """n evenly spaced evaluation points of the base arm (after step 0), the last one included."""
+    pts = [float(e["generated"]) for e in base_runs[0].evals if e["generated"] > 0]
+    if not pts:
+        return []
+    idx = sorted({int(round(i)) for i in np.linspace(0, len(pts) - 1, min(n, len(pts)))})
+    return [pts[i] for i in idx]
+
+
+def arm_stats(runs: list[Run], base: dict[int, Run], budgets: list[float], ks: Sequence[int], grid: Sequence[float]) -> ArmStats:
+    """Everything the tables and plots need for one arm; `base` maps seed -> the base arm's run (paired)."""
+    st = ArmStats(runs[0].arm, [r.seed for r in runs])
+    paired = [(r, base.get(r.seed)) for r in runs]
+
+    for b in budgets:
+        row = {}
+        for key in ("acc_sampled", "acc_greedy"):
+            vals = [interp(*r.curve(key), b) for r in runs]
+            diffs = [
+                None if v is None or bb is None or interp(*bb.curve(key), b) is None else v - interp(*bb.curve(key), b)
+                for v, (_, bb) in zip(vals, paired)
+            ]
+            row[key], row[key + "_diff"] = ci(vals), ci(diffs)
+        st.budgets[b] = row
+
+    def final_metric(name: str, f) -> None:
+        st.final[name] = ci([f(r) for r in runs])
+
+    for key in ("acc_sampled", "acc_greedy", "len_all", "len_correct", "len_incorrect"):
+        final_metric(key, lambda r, key=key: r.final.get(key))
+        st.final[key + "_diff"] = ci([_sub(r.final.get(key), bb.final.get(key)) if bb else None for r, bb in paired])
+    for key in ("len_correct", "len_incorrect", "len_all"):
+        st.final[key + "_rel"] = ci([relative_change(r.final.get(key), bb.final.get(key)) if bb else None for r, bb in paired])
+    st.final["aes"] = ci([_aes(r, bb) for r, bb in paired])
+    final_metric("generated", lambda r: float(r.generated))
+    final_metric("update_rows", lambda r: float(r.update_rows))
+
+    pk = [r.pass_at(ks) for r in runs]
+    ks_here = sorted(set().union(*[set(p) for p in pk])) if pk else []
+    st.pass_at_k = {k: ci([p.get(k) for p in pk]) for k in ks_here}
+    st.pass_at_k["diff"] = {
+        k: ci([_sub(p.get(k), bb.pass_at([k]).get(k)) if bb else None for p, (_, bb) in zip(pk, paired)]) for k in ks_here
+    }
+
+    # Generated rollouts to reach the base arm's final sampled accuracy (mean over its seeds).
+    target = float(np.mean([bb.final["acc_sampled"] for bb in base.values()])) if base else float("nan")
+    per_seed = [budget_to_reach(*r.curve("acc_sampled"), target) for r in runs]
+    mean_curve = _mean_curve(runs, "acc_sampled")
+    st.reach = {
+        "target": target,
+        "mean_curve": budget_to_reach(mean_curve[0], mean_curve[1], target) if mean_curve[0] else None,
+        "per_seed": ci(per_seed),
+        "reached": sum(v is not None for v in per_seed),
+        "n": len(per_seed),
+    }
+
+    for key in ("acc_sampled", "acc_greedy"):
+        st.curve[key] = [ci([interp(*r.curve(key), g) for r in runs]) for g in grid]
+    st.curve["grid"] = list(grid)
+    return st
+
+
+def _mean_curve(runs: list[Run], key: str) -> tuple[list[float], list[float]]:
+    """Seed-mean curve on the union of evaluation points (only where every seed's curve is defined)."""
+    pts = sorted({x for r in runs for x in r.curve(key)[0]})
+    xs, ys = [], []
+    for x in pts:
+        vals = [interp(*r.curve(key), x) for r in runs]
+        if all(v is not None for v in vals):
+            xs.append(x)
+            ys.append(float(np.mean(vals)))
+    return xs, ys
+
+
+def _sub(a, b):
+    return None if a is None or b is None else a - b
+
+
+def _aes(r: Run, bb: Optional[Run]) -> Optional[float]:
+    if bb is None:
+        return None
+    acc, base_acc = r.final["acc_sampled"], bb.final["acc_sampled"]
+    length, base_len = r.final.get("len_all"), bb.final.get("len_all")
+    if not base_acc or not base_len or length is None:
+        return None
+    return aes(acc, length, base_acc, base_len)
+
+
+def curve_grid(runs: list[Run]) -> list[float]:
+    """Common x grid for the curves: every evaluation point (generated rollouts) of any run."""
+    return sorted({float(e["generated"]) for r in runs for e in r.evals})
+
+
+def paired_diff(a: list[Run], b: list[Run], f) -> dict:
+    """CI of f(run of a) - f(run of b) over the seeds both arms have."""
+    bs = {r.seed: r for r in b}
+    return ci([_sub(f(r), f(bs[r.seed])) for r in a if r.seed in bs])

@@ -1,0 +1,134 @@
+"""`grpo-replay compare --quick`: end to end (runs, tables, plots, JSON/CSV, resumability) plus the statistics."""
+import csv
+import json
+import math
+
+import pytest
+
+from grpo_replay.cli import main
+from grpo_replay.eval.metrics import mean_pass_at_k
+from grpo_replay.experiments import claims, stats
+from grpo_replay.experiments.arms import COMPARISONS, FULL, QUICK, arms_for, make_arms
+
+
+def _close(a, b, tol=1e-9):
+    return a is not None and b is not None and abs(a - b) <= tol
+
+
+@pytest.fixture(scope="module")
+def quick_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    rc = main(["compare", "--quick", "--out", str(out), "--jobs", "2", "--no-progress"])
+    assert rc == 0
+    return out
+
+
+def test_outputs_exist(quick_out):
+    rep = quick_out / "report"
+    for name in ("report.md", "results.json", "results.csv", "runs.csv", "tau_max.png",
+                 "accuracy_main.png", "pass_at_k_main.png", "accuracy_compute.png", "pass_at_k_compute.png"):
+        assert (rep / name).exists() and (rep / name).stat().st_size > 0, name
+    md = (rep / "report.md").read_text()
+    assert md.splitlines()[5] == f"grpo-replay compare --quick --out {quick_out} --jobs 2 --no-progress"
+    for claim in ("|A_i| > sigma_g > uniform", "fresh-anchored > pool", "moderate tau_max", "correct responses longer",
+                  "beats GRPO"):
+        assert claim.replace("|", "\\|") in md
+
+
+def test_numbers_consistent(quick_out):
+    res = json.loads((quick_out / "report" / "results.json").read_text())
+    assert res["missing_runs"] == []
+    assert set(res["arm_stats"]) == set(QUICK.only_arms)
+    runs = list(csv.DictReader(open(quick_out / "report" / "runs.csv")))
+    assert len(runs) == len(QUICK.only_arms) * QUICK.seeds
+    for arm, st in res["arm_stats"].items():
+        per_seed = [float(r["acc_sampled"]) for r in runs if r["arm"] == arm]
+        f = st["final"]["acc_sampled"]
+        assert f["n"] == QUICK.seeds
+        assert _close(f["mean"], sum(per_seed) / len(per_seed))
+        assert f["lo"] <= f["mean"] <= f["hi"]
+        # pass@1 is mean@n; pass@k grows with k
+        pk = st["pass_at_k"]
+        assert _close(pk["1"]["mean"], f["mean"])
+        ks = sorted(int(k) for k in pk if k != "diff")
+        assert all(pk[str(a)]["mean"] <= pk[str(b)]["mean"] + 1e-12 for a, b in zip(ks, ks[1:]))
+        for b in st["budgets"].values():
+            for key in ("acc_sampled", "acc_greedy"):
+                if b[key]["lo"] is not None:
+                    assert b[key]["lo"] <= b[key]["mean"] <= b[key]["hi"]
+    base = res["arm_stats"]["grpo"]["final"]
+    assert _close(base["acc_sampled_diff"]["mean"], 0.0)
+    # the compute-matched arm generates (1 + replay_ratio) x as many rollouts per step
+    gen = {a: st["final"]["generated"]["mean"] for a, st in res["arm_stats"].items()}
+    assert gen["grpo_cm"] == pytest.approx(1.5 * gen["grpo"]) and gen["paper"] == gen["grpo"]
+
+
+def test_pass_at_k_matches_metric_code(quick_out):
+    run_dir = next((quick_out / "runs" / "paper").glob("seed0-*"))
+    final = [json.loads(l) for l in (run_dir / "evals.jsonl").read_text().splitlines()][-1]
+    run = stats.load_run("paper", 0, run_dir)
+    n = final["n_samples"]
+    assert _close(run.pass_at([2])[2], mean_pass_at_k([(n, c) for c in final["counts"]], 2))
+    assert _close(run.pass_at([2])[2], final["pass@k"]["2"])
+
+
+def test_rerun_skips_and_resumes(quick_out, capsys):
+    summaries = sorted((quick_out / "runs").glob("*/*/summary.json"))
+    mtimes = {p: p.stat().st_mtime_ns for p in summaries}
+    rc = main(["compare", "--quick", "--out", str(quick_out), "--no-progress"])
+    assert rc == 0
+    res = json.loads((quick_out / "report" / "results.json").read_text())
+    assert res["run_info"]["ran"] == 0 and res["run_info"]["skipped"] == len(summaries)
+    assert all(p.stat().st_mtime_ns == m for p, m in mtimes.items())
+    # an unfinished run (no summary.json) is run again, resuming from its checkpoint; the others are skipped
+    summaries[0].unlink()
+    rc = main(["compare", "--quick", "--out", str(quick_out), "--jobs", "1", "--no-progress"])
+    assert rc == 0 and summaries[0].exists()
+    res = json.loads((quick_out / "report" / "results.json").read_text())
+    assert res["run_info"]["ran"] == 1 and res["run_info"]["skipped"] == len(summaries) - 1
+
+
+def test_dry_run_and_bad_comparison(tmp_path, capsys):
+    assert main(["compare", "--quick", "--out", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("todo") == len(QUICK.only_arms) * QUICK.seeds
+    assert main(["compare", "--quick", "--out", str(tmp_path), "--comparisons", "nope"]) == 2
+
+
+def test_full_setting_arms():
+    arms = make_arms(FULL)
+    names = arms_for(FULL.comparisons)
+    assert names[0] == "grpo" and len(names) == len(set(names))
+    for n in ("grpo", "uniform_pool", "sigma_pool", "paper", "tau1", "tau2", "tau5", "tau20", "tau_none",
+              "comp_pool", "prio_sigma", "prio_uniform", "grpo_cm", "alpha1"):
+        assert n in names
+    assert arms["grpo_cm"].overrides["prompts_per_step"] == round(1.5 * FULL.overrides["prompts_per_step"])
+    assert arms["tau_none"].overrides["replay.tau_max"] is None
+    assert set(COMPARISONS) == set(FULL.comparisons)
+
+
+# ------------------------------------------------------------------------------------------- statistics
+def test_ci_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    xs = [0.1, 0.3, 0.2, 0.5, 0.4]
+    c = stats.ci(xs)
+    lo, hi = scipy_stats.t.interval(0.95, len(xs) - 1, loc=sum(xs) / 5, scale=scipy_stats.sem(xs))
+    assert c["n"] == 5 and _close(c["lo"], lo) and _close(c["hi"], hi)
+    assert stats.ci([None, 0.3])["lo"] is None and stats.ci([])["mean"] is None
+    assert _close(stats.t_quantile(4), 2.7764451051977987, 1e-9)
+
+
+def test_interp_and_budget_to_reach():
+    xs, ys = [0, 10, 20], [0.1, 0.3, 0.2]
+    assert _close(stats.interp(xs, ys, 5), 0.2) and stats.interp(xs, ys, 25) is None
+    assert _close(stats.budget_to_reach(xs, ys, 0.2), 5.0)
+    assert stats.budget_to_reach(xs, ys, 0.1) == 0.0 and stats.budget_to_reach(xs, ys, 0.5) is None
+
+
+def test_verdicts():
+    assert claims.verdict({"mean": 0.02, "lo": 0.01, "hi": 0.03, "n": 5}) == claims.HOLDS
+    assert claims.verdict({"mean": 0.02, "lo": -0.01, "hi": 0.05, "n": 5}) == claims.WEAK
+    assert claims.verdict({"mean": -0.02, "lo": -0.05, "hi": 0.01, "n": 5}) == claims.FAILS
+    assert claims.verdict({"mean": -0.02, "lo": -0.03, "hi": -0.01, "n": 5}, sign=-1) == claims.HOLDS
+    assert claims.verdict({"mean": None}) == claims.UNTESTED
+    assert math.isclose(stats.ci([1.0, 1.0, 1.0])["lo"], 1.0)
