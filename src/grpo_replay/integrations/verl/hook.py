@@ -124,8 +124,10 @@ def row_advantages(advantages: torch.Tensor, response_mask: torch.Tensor, atol: 
     advantages vary over its response tokens (GAE) cannot be stored as a rollout with one A_i: ValueError.
     """
     m = response_mask.float()
-    n = m.sum(-1)
-    a = (advantages.float() * m).sum(-1) / n.clamp(min=1)
+    if m.shape[1] == 0:
+        return torch.zeros(m.shape[0], dtype=torch.float32)
+    first = m.argmax(-1)  # the value at the first counted token, exactly (a masked mean would round)
+    a = advantages.float().gather(1, first[:, None]).squeeze(1) * (m.sum(-1) > 0)
     dev = ((advantages.float() - a[:, None]).abs() * m).amax(-1) if m.shape[1] else torch.zeros_like(a)
     if bool((dev > atol * (1 + a.abs())).any()):
         bad = torch.nonzero(dev > atol * (1 + a.abs())).flatten()[:5].tolist()
@@ -304,7 +306,10 @@ class ReplayHook:
             raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
         K = N // mb  # optimizer steps per epoch without replay
         if self.settings.keep_optimizer_steps:
-            unit = K * math.lcm(int(group_size), int(dp_size))
+            base = math.lcm(int(group_size), int(dp_size))
+            if mb % base:
+                raise ValueError(f"PPO mini-batch of {mb} rows must divide by rollout.n and the DP size ({base})")
+            unit = K * base
         else:
             unit = math.lcm(mb, int(dp_size))
 
@@ -320,16 +325,21 @@ class ReplayHook:
         composed = compose_batch(tagged, self.buffer, step)
         is_rep = composed.is_replay
         fresh_idx = composed.group_ids[~is_rep].numpy()
+        if len(np.unique(fresh_idx)) != len(fresh_idx) or not np.isin(fresh_idx, used).all():
+            raise RuntimeError("composition changed fresh group ids; the verl hook cannot map fresh rows back")
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
-        replay_dp, _ = to_dataproto(replay_rows, batch)
+        replay_dp, fits = to_dataproto(replay_rows, batch)
         n_dropped_wide = len(replay_rows) - len(replay_dp)
+        replay_rows = replay_rows.select(torch.from_numpy(fits))  # row i of replay_dp is row i here
 
         fresh_idx, n_replay = self._fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
         parts = [batch.select_idxs(np.sort(fresh_idx))]
         if n_replay:
             parts.append(replay_dp.select_idxs(np.arange(n_replay)))
+        # select_idxs shares meta_info with the caller's batch: give the parts their own, without the per-row
+        # global_token_num (DataProto.concat asserts equal non-metric meta_info; it is recomputed below)
         fresh_part = parts[0]
-        fresh_part.meta_info.pop("global_token_num", None)
+        fresh_part.meta_info = {k: v for k, v in batch.meta_info.items() if k != "global_token_num"}
         out = DataProto.concat(parts) if len(parts) > 1 else fresh_part
         out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
 
@@ -374,11 +384,13 @@ class ReplayHook:
         """Make fresh + replay a positive multiple of `unit`, touching replay rows first.
 
         Order: drop replay rows down to the multiple below; else pad up with zero-variance fresh rows (A = 0,
-        on-policy); else drop the fresh rows of smallest |A_i|; if nothing is left, use the whole fresh batch
-        (N is a multiple of unit by construction)."""
+        on-policy); else drop the fresh rows of smallest |A_i|; with no rows at all, or none left, use the whole
+        fresh batch (N is a multiple of unit by construction)."""
         total = len(fresh_idx) + n_replay
+        if total == 0:  # every group zero-variance and nothing to replay: verl's own batch (all A = 0)
+            return np.arange(N), 0
         r = total % unit
-        if r == 0 and total > 0:
+        if r == 0:
             return fresh_idx, n_replay
         down = total - r
         if n_replay >= r and down > 0:

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# grpo-replay on verl 0.9.1, the paper's setting (METHOD.md): Qwen3 base model, math prompts with a binary
+# verifiable reward, G=8 rollouts per prompt, PPO-clip with clip-higher (0.2/0.28), dual-clip c=10, token-mean,
+# one optimizer step per batch, no KL, lr 1e-6; replay: tau_max=10, fresh-anchored, |A_i| priority (replay=paper).
+# Single node, 8 GPUs, vLLM rollouts. NOT run in this repository's CI (needs GPUs); see docs/verl.md.
+#
+# Environment: a GPU machine with verl's GPU extras, e.g.
+#   python -m venv .venv-verl-gpu && .venv-verl-gpu/bin/pip install "verl[vllm,fsdp]==0.9.1"
+#   .venv-verl-gpu/bin/pip install --no-deps -e .
+# Data: verl's examples/data_preprocess/math_dataset.py (verl repository) writes $DATA/{train,test}.parquet.
+set -euo pipefail
+MODEL=${MODEL:-Qwen/Qwen3-4B-Base}
+DATA=${DATA:-$HOME/data/math}
+PRESET=${PRESET:-paper}           # paper | grpo | uniform_pool | sigma_pool (the paper's arms)
+N_GPUS=${N_GPUS:-8}
+NNODES=${NNODES:-1}
+PROMPTS=${PROMPTS:-128}           # prompts per step; rows per step = PROMPTS * 8
+EXP=${EXP:-qwen3-4b-math-replay-$PRESET}
+
+python -m grpo_replay.integrations.verl.main \
+  replay="$PRESET" \
+  trainer.use_v1=false \
+  algorithm.adv_estimator=grpo \
+  algorithm.use_kl_in_reward=false \
+  data.train_files="$DATA/train.parquet" \
+  data.val_files="$DATA/test.parquet" \
+  data.train_batch_size="$PROMPTS" \
+  data.max_prompt_length=1024 \
+  data.max_response_length=4096 \
+  data.filter_overlong_prompts=true \
+  data.truncation=error \
+  actor_rollout_ref.model.path="$MODEL" \
+  actor_rollout_ref.model.enable_gradient_checkpointing=true \
+  actor_rollout_ref.actor.optim.lr=1e-6 \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$PROMPTS" \
+  actor_rollout_ref.actor.ppo_epochs=1 \
+  actor_rollout_ref.actor.use_dynamic_bsz=true \
+  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576 \
+  actor_rollout_ref.actor.clip_ratio_low=0.2 \
+  actor_rollout_ref.actor.clip_ratio_high=0.28 \
+  actor_rollout_ref.actor.clip_ratio_c=10.0 \
+  actor_rollout_ref.actor.loss_agg_mode=token-mean \
+  actor_rollout_ref.actor.use_kl_loss=false \
+  actor_rollout_ref.actor.entropy_coeff=0 \
+  actor_rollout_ref.rollout.name=vllm \
+  actor_rollout_ref.rollout.n=8 \
+  actor_rollout_ref.rollout.temperature=1.0 \
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
+  actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true \
+  trainer.n_gpus_per_node="$N_GPUS" \
+  trainer.nnodes="$NNODES" \
+  trainer.balance_batch=true \
+  trainer.critic_warmup=0 \
+  trainer.save_freq=20 \
+  trainer.test_freq=20 \
+  trainer.max_actor_ckpt_to_keep=2 \
+  trainer.logger='["console"]' \
+  trainer.project_name=grpo-replay \
+  trainer.experiment_name="$EXP" \
+  trainer.total_epochs=10 \
+  "$@"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the verl integration tests (CPU, synthetic DataProto batches) in .venv-verl, creating it if needed.
+# Extra arguments go to pytest. About 1 minute on 2 CPUs (most of it importing torch/verl/Ray).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_verl.sh
+VENV=${VERL_VENV:-.venv-verl}
+export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
+exec "$VENV/bin/python" -m pytest tests/integrations/verl -q -p no:cacheprovider \
+  -o asyncio_default_fixture_loop_scope=function "$@"

@@ -1,0 +1,157 @@
+"""`ReplayRayPPOTrainer`: verl 0.9.1's legacy `RayPPOTrainer` with replay at the narrowest point.
+
+Three overrides, nothing copied from verl:
+- `_update_actor(batch)`: `fit()` calls it after rewards, old log-probs, reference log-probs and advantages exist;
+  the `ReplayHook` stores the fresh rows (birth step = `self.global_steps`) and concatenates replay rows, then the
+  PPO mini-batch is scaled for this one call so the optimizer-step count is unchanged.
+- `_save_checkpoint()` / `_load_checkpoint()`: the buffer is written to / read from
+  `<default_local_dir>/global_step_<t>/replay_buffer.{npz,json}` beside verl's `actor/` and `data.pt`.
+
+Why the legacy trainer (`trainer.use_v1=false`) and not v1: the v1 `PPOTrainer` moves rows through TransferQueue,
+recomputes old log-probs and advantages for every row it consumes (unless bypass mode) and clears consumed keys,
+so replayed rows would lose their frozen behaviour log-probs and advantages; v1 has no single post-advantage hook.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+from typing import Any, Optional
+
+from ._compat import DataProto
+from .hook import ReplayHook
+
+try:
+    from omegaconf import OmegaConf, open_dict
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+except ImportError as e:  # pragma: no cover
+    from ._compat import INSTALL_HINT
+
+    raise ImportError(f"ReplayRayPPOTrainer needs verl[verl-core] (Ray): {INSTALL_HINT} ({e})") from e
+
+logger = logging.getLogger(__name__)
+BUFFER_NAME = "replay_buffer"
+
+
+def replay_dict(config: Any) -> Optional[dict]:
+    """The `replay` node of a verl config as a plain dict (None when absent)."""
+    node = config.get("replay", None) if hasattr(config, "get") else None
+    if node is None:
+        return None
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+
+
+@contextlib.contextmanager
+def _override(node: Any, key: str, value: Any):
+    old = node[key]
+    try:
+        with open_dict(node) if OmegaConf.is_config(node) else contextlib.nullcontext():
+            node[key] = value
+        yield
+    finally:
+        with open_dict(node) if OmegaConf.is_config(node) else contextlib.nullcontext():
+            node[key] = old
+
+
+class ReplayRayPPOTrainer(RayPPOTrainer):
+    """`RayPPOTrainer` + rollout-level advantage-prioritized replay (config group `replay`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replay_hook = make_hook(self.config)
+
+    # --- Algorithm 1 between advantages and the actor update ------------------------------------------
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        actor_cfg = self.config.actor_rollout_ref.actor
+        dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
+        composed = self.replay_hook(
+            batch,
+            self.global_steps,
+            dp_size=dp_size,
+            mini_batch_rows=int(actor_cfg.ppo_mini_batch_size) * rollout_n,
+            group_size=rollout_n,
+        )
+        plan = self.replay_hook.last_plan
+        metrics = dict(plan.metrics)
+        changed = plan.n_replay > 0 or plan.n_fresh_used != plan.n_fresh_total
+        if self.replay_hook.settings.rebalance and self.config.trainer.balance_batch and changed:
+            balance = {}
+            self._balance_batch(composed, metrics=balance, logging_prefix="replay/global_seqlen")
+            metrics.update(balance)
+        # verl's _update_actor passes ppo_mini_batch_size * rollout.n rows as the PPO mini-batch; scale it for
+        # this call so the composed batch gives exactly plan.n_mini_batches optimizer steps per epoch.
+        with _override(actor_cfg, "ppo_mini_batch_size", plan.mini_batch_rows // rollout_n):
+            output = super()._update_actor(composed)
+        output.meta_info.setdefault("metrics", {}).update(metrics)
+        return output
+
+    # --- the buffer travels with verl's checkpoints -------------------------------------------------------
+    def _save_checkpoint(self):
+        # Written before verl's own save so latest_checkpointed_iteration.txt (written last) never points at a
+        # folder without a buffer.
+        folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
+        save_buffer(self.replay_hook, folder)
+        prune_buffers(self.config.trainer.default_local_dir, keep=self.config.trainer.get("max_actor_ckpt_to_keep"))
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        if self.config.trainer.resume_mode == "disable" or not self.global_steps:
+            return out
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = _abs(self.config.trainer.resume_from_path)
+        else:
+            folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
+        load_buffer(self.replay_hook, folder)
+        return out
+
+
+def make_hook(config: Any) -> ReplayHook:
+    cfg = replay_dict(config)
+    if cfg is None:
+        logger.warning("no `replay` config node: using the paper preset (ReplayConfig.paper())")
+    return ReplayHook.from_dict(cfg)
+
+
+def _abs(path: str) -> str:
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def step_folder(default_local_dir: str, global_steps: int) -> str:
+    return os.path.join(_abs(default_local_dir), f"global_step_{global_steps}")
+
+
+def save_buffer(hook: ReplayHook, folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, BUFFER_NAME)
+    hook.save(path)
+    logger.info("replay buffer (%d rollouts) saved to %s.{npz,json}", len(hook.buffer), path)
+    return path
+
+
+def load_buffer(hook: ReplayHook, folder: str) -> bool:
+    path = os.path.join(folder, BUFFER_NAME)
+    if not os.path.exists(path + ".json"):
+        logger.warning("no replay buffer at %s.json: resuming with an empty buffer", path)
+        return False
+    hook.load(path)
+    logger.info("replay buffer (%d rollouts) loaded from %s", len(hook.buffer), path)
+    return True
+
+
+def prune_buffers(default_local_dir: str, keep: Optional[int]) -> None:
+    """Keep the buffers of the newest `keep` global_step folders (verl prunes actor/ the same way)."""
+    if not keep or keep <= 0:
+        return
+    found = []
+    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
+        try:
+            found.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), p))
+        except ValueError:
+            continue
+    for _, p in sorted(found)[: max(0, len(found) - int(keep))]:
+        for suffix in (".json", ".npz"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p[: -len(".json")] + suffix)
