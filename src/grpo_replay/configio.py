@@ -68,7 +68,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
     if data is None:
         return {}
@@ -78,9 +78,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_value(text: str) -> Any:
+    """A command-line value as YAML (so 3, 0.5, null, true, [1, 2] are typed); unparsable text stays a string."""
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):
         return text
 
 

@@ -194,6 +194,8 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
                 yield line_no, json.loads(text)
             except json.JSONDecodeError as exc:
                 yield line_no, DataError(str(path), line_no, f"invalid JSON ({exc.msg}, column {exc.colno})")
+            except RecursionError:
+                yield line_no, DataError(str(path), line_no, "invalid JSON (nested too deeply)")
 
 
 def _hf_rows(dataset: str, name: Optional[str], split: str) -> Iterable[tuple[int, Any]]:

@@ -47,19 +47,42 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         if "=" not in item:
             raise configio.ConfigError(f"--set {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
-        out[k.strip()] = configio.parse_value(v)
+        try:
+            out[k.strip()] = configio.parse_value(v)
+        except (ValueError, RecursionError):  # the YAML parser rejects it (e.g. 2001-13-45): keep the text
+            out[k.strip()] = v
     return out
 
 
+def config_from_args(args: argparse.Namespace):
+    """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
+    from .config import resolve
+
+    try:
+        cfg = resolve(overrides_from_args(args), args.config)
+    except configio.ConfigError:
+        raise
+    except (ValueError, TypeError, RecursionError) as e:
+        # e.g. a YAML value the YAML parser itself rejects (`seed: 2001-13-45`) or nests too deeply
+        raise configio.ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
+    try:
+        cfg.run_dir
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+        raise configio.ConfigError(
+            f"TrainConfig.out_dir={cfg.out_dir!r} is invalid ({type(e).__name__}: {e}); placeholders allowed: {{preset}}, {{seed}}"
+        ) from None
+    return cfg
+
+
 def run(args: argparse.Namespace) -> int:
-    from .config import FIELDS, resolve
+    from .config import FIELDS
 
     if args.list_keys:
         for k, (t, doc) in FIELDS.items():
             print(f"{k}: {doc}")
         return 0
     try:
-        cfg = resolve(overrides_from_args(args), args.config)
+        cfg = config_from_args(args)
     except configio.ConfigError as e:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2

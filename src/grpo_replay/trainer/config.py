@@ -5,6 +5,7 @@ The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -109,12 +110,16 @@ class TrainConfig:
                 bad(name, "an integer >= 0")
         if self.keep_checkpoints < 1:
             bad("keep_checkpoints", "an integer >= 1")
-        if not self.lr > 0:
-            bad("lr", "a number > 0")
-        if not self.temperature > 0:
-            bad("temperature", "a number > 0")
-        if self.max_grad_norm < 0 or self.weight_decay < 0 or self.reward_timeout <= 0:
-            bad("max_grad_norm" if self.max_grad_norm < 0 else "weight_decay" if self.weight_decay < 0 else "reward_timeout", ">= 0")
+        for name, ok, allowed in (
+            ("lr", lambda x: x > 0, "a finite number > 0"),
+            ("temperature", lambda x: x > 0, "a finite number > 0"),
+            ("max_grad_norm", lambda x: x >= 0, "a finite number >= 0 (0 disables clipping)"),
+            ("weight_decay", lambda x: x >= 0, "a finite number >= 0"),
+            ("reward_timeout", lambda x: x > 0, "a finite number > 0"),
+        ):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and ok(v)):
+                bad(name, allowed)
         if self.advantage_scale not in ("group", "none"):
             bad("advantage_scale", "group, none")
         if self.device not in ("auto", "cpu", "cuda"):

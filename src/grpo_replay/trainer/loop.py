@@ -38,7 +38,7 @@ from ..loss import AGGREGATIONS, LossConfig
 from . import checkpoint
 from .config import TrainConfig
 from .evaluation import evaluate
-from .generation import generate, token_logps
+from .generation import TransformersGenerator, VLLMGenerator, token_logps
 from .rewards import RewardScorer
 from .setup import build_policy
 
@@ -75,6 +75,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     eval_task = _SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
     heldout = task.heldout(cfg.eval_problems, seed=12345)
+    if cfg.generator == "vllm":
+        generator = VLLMGenerator(model, tokenizer, max_model_len=4096 + max_new, seed=cfg.seed)
+    else:
+        generator = TransformersGenerator(model, tokenizer)
     eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
 
     # --- resume -----------------------------------------------------------------------------------------
@@ -84,6 +88,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if ckpt is not None:
         state = checkpoint.load(ckpt, model, optimizer, scheduler, buffer, prompt_rng)
         start = state.pop("step")
+        print(f"grpo-replay: resuming {run_dir} from {ckpt.name} (step {start} of {cfg.steps})", flush=True)
     # Rows after the checkpoint (or every row, without one) are redone: drop them so the logs match an
     # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
     _truncate_jsonl(run_dir / "metrics.jsonl", start if ckpt is not None else -1)
@@ -102,10 +107,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             prev = checkpoint.latest(run_dir)
             intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
             reason = e.strerror or str(e)
-            hint = " Free disk space," if e.errno == errno.ENOSPC else ""
+            todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
             raise CheckpointError(
-                f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}.{hint} "
-                f"Rerun the same command to resume from the last checkpoint."
+                f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}. "
+                f"{todo} the same command to resume from the last checkpoint."
             ) from e
 
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress, desc="grpo-replay", dynamic_ncols=True)
@@ -115,7 +120,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
         problems = task.sample_problems(prompt_rng, cfg.prompts_per_step)
-        gen = generate(model, tokenizer, [p.prompt for p in problems], cfg.group_size, max_new, cfg.temperature)
+        gen = generator([p.prompt for p in problems], cfg.group_size, max_new, cfg.temperature)
         rows_problems = [p for p in problems for _ in range(cfg.group_size)]
         n_gen = len(gen.texts)
         state["generated"] += n_gen
@@ -157,13 +162,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if stats is not None and not stats["finite"]:
             state["bad_in_a_row"] += 1
             state["bad_total"] += 1
-        else:
+        elif stats is not None:  # a step without an update (all groups zero-variance) neither counts nor resets
             state["bad_in_a_row"] = 0
+
+        generator.sync()  # an external engine (vLLM) must sample from the updated policy next step
 
         # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
         if len(fresh) and stats is not None and stats["finite"]:
             if fresh_measured:
-                fresh.behaviour_logps = stats["fresh_logps"]  # (n_fresh, C), same row order as `fresh`
+                # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
+                fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
             buffer.add(fresh, t)
 
         # --- bookkeeping: metrics, evaluation, checkpoint ---------------------------------------------------
