@@ -69,31 +69,12 @@ def generate_completions(
     ``[len(prompts) * num_return_sequences, T]`` tensor of generated ids (pad after EOS),
     grouped by prompt (rows ``i*k .. i*k+k-1`` belong to prompt ``i``).
     """
-    tokenizer.padding_side = "left"
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
-    dev = next(model.parameters()).device
-    enc = {k: v.to(dev) for k, v in enc.items()}
+    from ...trainer.generation import generate  # the trainer's sampler: one implementation of sampling
+
     if seed is not None:
         torch.manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    gen_kwargs = dict(
-        max_new_tokens=max_new_tokens,
-        num_return_sequences=num_return_sequences,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        use_cache=True,
-    )
-    if do_sample:
-        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        gen_kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-    out = model.generate(**enc, **gen_kwargs)
-    if was_training:
-        model.train()
-    comp = out[:, enc["input_ids"].shape[1]:].cpu()
-    texts = decode_completions(tokenizer, comp)
-    return texts, comp
+    g = generate(model, tokenizer, prompts, num_return_sequences, max_new_tokens, temperature, greedy=not do_sample)
+    return g.texts, g.completion_ids
 
 
 def decode_completions(tokenizer, completion_ids: torch.Tensor) -> list[str]:
