@@ -68,3 +68,18 @@ def test_concat_rejects_mixed_ref():
     b = make_batch(1, 2, with_ref=False)
     with pytest.raises(ValueError, match="ref_logps"):
         RolloutBatch.concat([a, b])
+
+
+@pytest.mark.parametrize("preset", ["paper", "uniform_pool"])
+def test_fresh_index_maps_kept_rows(preset):
+    buf = _filled(ReplayConfig.from_preset(preset, warmup_steps=0))
+    fresh = make_batch(6, 4, step=3, seed=9)
+    out, idx = compose_batch(fresh, buf, 3, return_fresh_index=True)
+    kept = out.select(torch.nonzero(~out.is_replay).flatten())
+    assert len(idx) == len(kept) and bool((~out.is_replay[: len(idx)]).all())  # fresh rows come first
+    assert torch.equal(kept.advantages, fresh.advantages[idx])
+    assert torch.equal(kept.rewards, fresh.rewards[idx])
+    if preset == "paper":
+        assert torch.equal(idx, torch.arange(len(fresh)))
+    else:
+        assert len(idx) < len(fresh) and bool((idx[1:] > idx[:-1]).all())

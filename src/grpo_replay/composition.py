@@ -1,7 +1,9 @@
-"""Batch compositions by name. One signature: (fresh, draw, replay_ratio, rng) -> composed batch.
+"""Batch compositions by name. One signature: (fresh, draw, replay_ratio, rng) -> (composed, fresh_index).
 
 `draw(n)` returns about n replay rows from the buffer (empty during warm-up); the composition decides how
-many to ask for and how they meet the fresh rows. `compose_batch` is the single call site.
+many to ask for and how they meet the fresh rows. The composed batch holds the kept fresh rows first (in
+their original order), then the replay rows; `fresh_index` (long) lists which fresh rows were kept, so an
+integration can map the composed rows back to its own batch. `compose_batch` is the single call site.
 """
 from __future__ import annotations
 
@@ -14,19 +16,23 @@ from .registry import Registry
 from .rollout import RolloutBatch
 
 Draw = Callable[[int], RolloutBatch]
-CompositionFn = Callable[[RolloutBatch, Draw, float, np.random.Generator], RolloutBatch]
+CompositionFn = Callable[[RolloutBatch, Draw, float, np.random.Generator], tuple[RolloutBatch, torch.Tensor]]
 COMPOSITIONS: Registry[CompositionFn] = Registry("composition")
 
 
 @COMPOSITIONS.register("fresh_anchored")
-def fresh_anchored(fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator) -> RolloutBatch:
+def fresh_anchored(
+    fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator
+) -> tuple[RolloutBatch, torch.Tensor]:
     """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows, concatenated."""
     replay = draw(round(replay_ratio * len(fresh)))
-    return RolloutBatch.concat([fresh, replay])
+    return RolloutBatch.concat([fresh, replay]), torch.arange(len(fresh))
 
 
 @COMPOSITIONS.register("pool")
-def pool(fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator) -> RolloutBatch:
+def pool(
+    fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator
+) -> tuple[RolloutBatch, torch.Tensor]:
     """The naive baselines': a fixed total of n_fresh rows in which replay rows displace fresh ones.
 
     The replay share is replay_ratio / (1 + replay_ratio), the same share fresh_anchored gives, so the
@@ -37,12 +43,16 @@ def pool(fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Ge
     replay = draw(round(n * replay_ratio / (1.0 + replay_ratio)))
     if len(replay) > n:  # a whole-group draw can overshoot
         replay = replay.select(torch.arange(n))
-    keep = np.sort(rng.permutation(n)[: n - len(replay)])
-    return RolloutBatch.concat([fresh.select(torch.from_numpy(keep)), replay])
+    keep = torch.from_numpy(np.sort(rng.permutation(n)[: n - len(replay)]))
+    return RolloutBatch.concat([fresh.select(keep), replay]), keep
 
 
-def compose_batch(fresh: RolloutBatch, buffer, step: int) -> RolloutBatch:
-    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`."""
+def compose_batch(fresh: RolloutBatch, buffer, step: int, return_fresh_index: bool = False):
+    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`.
+
+    Returns the composed batch, or (batch, fresh_index) with return_fresh_index: the indices into `fresh` of
+    the fresh rows the batch kept, in the batch's order (all of them unless the composition displaces some)."""
     cfg = buffer.config
     fn = COMPOSITIONS.get(cfg.composition)
-    return fn(fresh, lambda n: buffer.sample(n, step), cfg.replay_ratio, buffer.rng)
+    batch, fresh_index = fn(fresh, lambda n: buffer.sample(n, step), cfg.replay_ratio, buffer.rng)
+    return (batch, fresh_index) if return_fresh_index else batch

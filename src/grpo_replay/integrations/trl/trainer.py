@@ -24,7 +24,6 @@ Design choices (documented in the README section):
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from collections import deque
@@ -157,11 +156,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
             out["old_per_token_logps"] = self._replay_behaviour_logps(out)
 
         fresh, insertable = self._replay_fresh_batch(out, rewards_per_func, step)
-        # Compose on a copy whose group_ids are row indices: the composition keeps fresh rows in order and
-        # does not look at their group ids, so afterwards group_ids of fresh rows tell which rows were kept.
-        probe = dataclasses.replace(fresh, group_ids=torch.arange(n))
-        composed = compose_batch(probe, self.replay_buffer, step)
-        kept = composed.group_ids[~composed.is_replay]
+        # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
+        composed, kept = compose_batch(fresh, self.replay_buffer, step, return_fresh_index=True)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
 
         # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.

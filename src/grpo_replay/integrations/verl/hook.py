@@ -318,15 +318,10 @@ class ReplayHook:
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(N)
         spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
 
-        # Algorithm 1 steps 4-6 through the core. The fresh rows are tagged with their batch index in group_ids
-        # (compositions never read fresh group ids) so the rows a composition keeps can be found again.
-        tagged = fresh.select(torch.from_numpy(used))
-        tagged.group_ids = torch.from_numpy(used.astype(np.int64))
-        composed = compose_batch(tagged, self.buffer, step)
+        # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
+        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step, return_fresh_index=True)
         is_rep = composed.is_replay
-        fresh_idx = composed.group_ids[~is_rep].numpy()
-        if len(np.unique(fresh_idx)) != len(fresh_idx) or not np.isin(fresh_idx, used).all():
-            raise RuntimeError("composition changed fresh group ids; the verl hook cannot map fresh rows back")
+        fresh_idx = used[kept.numpy()]
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
         replay_dp, fits = to_dataproto(replay_rows, batch)
         n_dropped_wide = len(replay_rows) - len(replay_dp)
