@@ -89,3 +89,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def without_times(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+# The shared data sets lie beside the checkout (../shared/data), on a developer's machine and in CI alike.
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

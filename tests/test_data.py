@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from grpo_replay.data import BENCHMARKS, DataError, Problem, default_data_dir, load_problems, resolve_benchmark
+from helpers import SHARED_DATA
 
-SHARED = Path("/work/shared/data")
+SHARED = SHARED_DATA
 
 
 def write_lines(path: Path, lines) -> Path:

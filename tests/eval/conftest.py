@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 
 from grpo_replay.data import BENCHMARKS
-SHARED_BENCH = Path("/work/shared/data/benchmarks")
+from helpers import SHARED_DATA
+
+SHARED_BENCH = SHARED_DATA / "benchmarks"
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"

@@ -11,8 +11,9 @@ import pytest
 
 from grpo_replay.eval import extract_boxed, grade, grade_many
 from grpo_replay.eval import grading
+from helpers import SHARED_DATA
 
-BENCH_DIR = Path("/work/shared/data/benchmarks")
+BENCH_DIR = SHARED_DATA / "benchmarks"
 
 # Cross-row pairs whose answers differ as strings but are the same answer to math-verify (documented in
 # docs/eval.md): a prediction "x=5" is accepted for gold "5".
