@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import configio
 from .arms import Arm, seed_overrides
 
 # Keys that do not change what a run computes (excluded from the run-directory hash).
@@ -54,21 +55,11 @@ def config_hash(overrides: dict) -> str:
     """Short hash of the fully resolved TrainConfig (defaults included), minus keys that do not change results."""
     from ..trainer.config import resolve
 
-    flat = _flatten(resolve(overrides).to_dict())
+    flat = configio.flatten(resolve(overrides).to_dict())
     for k in _UNHASHED:
         flat.pop(k, None)
     blob = json.dumps(flat, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def plan(
