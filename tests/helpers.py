@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from grpo_replay import RolloutBatch, group_advantages
+from grpo_replay.experiments.arms import TINY_TESTBED
 
 
 def make_batch(
@@ -64,22 +65,7 @@ TINY = {
     "lr": 3e-3,
     "progress": False,
     "replay.warmup_steps": 2,
-    "testbed.digits_max": 1,
-    "testbed.difficulty_weights": [1.0],
-    "testbed.working_prob": [0.2],
-    "testbed.hidden_size": 32,
-    "testbed.num_layers": 1,
-    "testbed.num_heads": 2,
-    "testbed.intermediate_size": 64,
-    "testbed.warmstart_max_steps": 80,
-    "testbed.warmstart_lr": 0.01,
-    "testbed.warmstart_batch": 32,
-    "testbed.warmstart_eval_every": 10,
-    "testbed.warmstart_eval_problems": 64,
-    "testbed.warmstart_min_steps": 0,
-    "testbed.target_pass_low": 0.2,
-    "testbed.target_pass_high": 0.6,
-    "testbed.max_new_tokens": 8,
+    **TINY_TESTBED,
 }
 
 
