@@ -55,7 +55,8 @@ def plot_run(run_dir: Path) -> list[Path]:
             ax.plot(*zip(*pts), label=name)
     ax.set_xlabel("step")
     ax.set_ylabel("clip fraction (tokens)")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # a run without updates has nothing to plot
+        ax.legend()
     ax.grid(alpha=0.3)
     out.append(_save(fig, run_dir / "clip_fraction.png"))
     return out
