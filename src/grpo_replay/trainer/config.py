@@ -29,7 +29,7 @@ class TrainConfig:
     preset: str = "paper"
     """Replay preset applied before any replay.* override: paper | grpo | uniform_pool | sigma_pool."""
     seed: int = 0
-    """Seed of prompt sampling, generation, the replay buffer and the warm start."""
+    """Seed of prompt sampling, generation, evaluation sampling and the replay buffer (the warm start has testbed.seed)."""
     steps: int = 150
     """Training steps (one optimizer update each)."""
     prompts_per_step: int = 32
