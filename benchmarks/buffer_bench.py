@@ -44,7 +44,7 @@ def fill(buf, n_rows, rows_per_add, completion, step0=0):
 def bench_size(n, repeats):
     cfg = ReplayConfig(warmup_steps=0, tau_max=None, capacity=None)
     buf = ReplayBuffer(cfg, seed=0)
-    chunk = fill(buf, n, 1024, completion=16)
+    fill(buf, n, 1024, completion=16)
     sample_ms = timeit(lambda: buf.sampler.sample(buf.storage, 512, buf.rng), repeats)
     fresh = make_batch(32, 8, step=1, seed=1, max_prompt=16, max_completion=16)
 

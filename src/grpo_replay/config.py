@@ -5,7 +5,7 @@ Every field is validated at construction, so an invalid setting fails before any
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 GRANULARITIES = ("rollout", "group")

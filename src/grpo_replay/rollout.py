@@ -55,7 +55,7 @@ class RolloutBatch:
 
     def completion_lengths(self) -> torch.Tensor:
         """(B,) long: index of the last counted completion token + 1 (0 for an empty completion)."""
-        return _last_one(self.completion_mask)
+        return mask_lengths(self.completion_mask)
 
     def prompt_lengths(self) -> torch.Tensor:
         return self.prompt_mask.sum(1)
@@ -101,7 +101,8 @@ def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor
     return None if t is None else t[idx.to(t.device)]
 
 
-def _last_one(mask: torch.Tensor) -> torch.Tensor:
+def mask_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """(B,) long: index of the last nonzero entry of each row + 1 (0 for an all-zero row)."""
     if mask.shape[1] == 0:
         return torch.zeros(mask.shape[0], dtype=torch.long)
     pos = torch.arange(1, mask.shape[1] + 1, device=mask.device)

@@ -232,7 +232,7 @@ def test_merge_fills_optional_keys(tmp_path):
     from grpo_replay import RolloutBatch
 
     trainer = make_trainer(tmp_path)
-    B, P, C = 2, 3, 4
+    B, C = 2, 4
     out = {
         "prompt_ids": torch.tensor([[0, 5, 6], [7, 8, 9]]),
         "prompt_mask": torch.tensor([[0, 1, 1], [1, 1, 1]]),

@@ -1,6 +1,5 @@
 """Checkpoints: complete round trip, atomic writes, keep-last-N, no unpickling, disk full."""
 import errno
-import json
 import pickle
 import random
 import shutil

@@ -7,9 +7,11 @@ completions given prompts in one forward pass. Both take left-padded prompts and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
+
+from ..rollout import mask_lengths
 
 
 @dataclass
@@ -95,7 +97,7 @@ def token_logps(
     device = next(model.parameters()).device
     ids = torch.cat([prompt_ids, completion_ids], 1).to(device)  # (B, P + C)
     # Attend to real prompt tokens and every completion position up to the last counted one.
-    comp_real = (torch.arange(completion_ids.shape[1]).unsqueeze(0) < _lengths(completion_mask).unsqueeze(1)).long()
+    comp_real = (torch.arange(completion_ids.shape[1]).unsqueeze(0) < mask_lengths(completion_mask.cpu()).unsqueeze(1)).long()
     attn = torch.cat([prompt_mask, comp_real], 1).to(device)  # (B, P + C)
     pos = (attn.cumsum(1) - 1).clamp(min=0)  # (B, P + C) positions skip the left padding
     P, C = prompt_ids.shape[1], completion_ids.shape[1]
@@ -104,11 +106,6 @@ def token_logps(
     tok = completion_ids.to(device).unsqueeze(-1)  # (B, C, 1)
     logp = logits.gather(-1, tok).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, C)
     return logp * completion_mask.to(device)
-
-
-def _lengths(mask: torch.Tensor) -> torch.Tensor:
-    pos = torch.arange(1, mask.shape[1] + 1)
-    return (mask.ne(0).long().cpu() * pos).max(1).values if mask.shape[1] else torch.zeros(mask.shape[0], dtype=torch.long)
 
 
 class TransformersGenerator:

@@ -27,14 +27,14 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
-from ..loss import AGGREGATIONS, LossConfig
+from ..loss import LossConfig
 from . import checkpoint
 from .config import TrainConfig
 from .evaluation import evaluate

@@ -1,7 +1,6 @@
 """Building the policy, tokenizer and task for a run: the embedded testbed or a real model + math data."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ def load_causal_lm(name: str, device: torch.device):
         raise ModelLoadError(f"TrainConfig.model: cannot load a model config from {name!r}: {_first_line(e)}") from None
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-    except ValueError as e:
+    except ValueError:
         kind = getattr(config, "model_type", type(config).__name__)
         raise ModelLoadError(
             f"TrainConfig.model: {name!r} is a {type(config).__name__} (model_type {kind!r}), not a causal LM: "
