@@ -1,0 +1,150 @@
+"""The documentation runs as written: every tagged snippet in README.md, docs/*.md and examples/**/README.md.
+
+A fence's info string says what it is (GitHub renders only the first word, the language):
+- ```` ```bash run ```` / ```` ```python run ````: run by this test in a fresh temporary directory that mirrors the
+  repository root (its files linked, ``../shared`` linked beside it), with ``.venv/bin`` first on PATH.
+  ``args="..."`` is appended to every line that calls ``grpo-replay`` (the small settings that keep CI fast, passed
+  through the command's own documented flags); a line ending in ``# doctest: skip ...`` is not run (it says why).
+  ``timeout=N`` (seconds) overrides the default.
+- ```` ```bash gpu ````, ```` ```bash hub ````, ```` ```bash cluster ````, ```` ```python gpu ```` ...: needs a GPU, the
+  Hugging Face hub or several machines; the fence next to it must be a ``run`` fence (its CPU variant).
+- ```` ```bash ci ````: CI itself runs it (the test suite; running it here would recurse).
+- ```` ```text ````, ```` ```yaml ```` and other languages: output or configuration, not run.
+Every bash/sh/python fence must carry one of these tags: an untagged command is a snippet nobody checks.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/README.md")])
+RUNNABLE_LANGS = {"bash", "sh", "console", "python", "py"}
+NOT_RUN_TAGS = {"gpu", "hub", "cluster"}
+TAGS = {"run", "ci"} | NOT_RUN_TAGS
+FENCE = re.compile(r"^```([A-Za-z]*)([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+DEFAULT_TIMEOUT = 300
+
+
+@dataclass
+class Snippet:
+    path: Path
+    line: int
+    lang: str
+    tag: str | None
+    attrs: dict[str, str]
+    body: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def parse_snippets(path: Path) -> list[Snippet]:
+    text = path.read_text()
+    out = []
+    for m in FENCE.finditer(text):
+        lang, info, body = m.group(1).lower(), m.group(2), m.group(3)
+        words = shlex.split(info)
+        tag = next((w for w in words if w in TAGS), None)
+        attrs = dict(w.split("=", 1) for w in words if "=" in w)
+        out.append(Snippet(path, text.count("\n", 0, m.start()) + 1, lang, tag, attrs, body))
+    return out
+
+
+ALL = [s for p in DOCS for s in parse_snippets(p)]
+RUN = [s for s in ALL if s.tag == "run"]
+
+
+def test_every_command_snippet_is_tagged():
+    untagged = [s.id for s in ALL if s.lang in RUNNABLE_LANGS and s.tag is None]
+    assert not untagged, f"untagged bash/python fences (tag them run, ci, gpu, hub or cluster): {untagged}"
+    assert len(RUN) >= 5, "the docs should hold runnable snippets"
+
+
+def test_every_gpu_hub_or_cluster_snippet_has_a_cpu_variant_beside_it():
+    for p in DOCS:
+        snippets = [s for s in parse_snippets(p) if s.lang in RUNNABLE_LANGS]
+        for i, s in enumerate(snippets):
+            if s.tag in NOT_RUN_TAGS:
+                beside = snippets[max(0, i - 1) : i] + snippets[i + 1 : i + 2]
+                assert any(b.tag in ("run", "ci") for b in beside), (
+                    f"{s.id} needs a {s.tag}; the fence before or after it must be its CPU variant, tagged run"
+                )
+
+
+def test_parser_reads_tags_and_attributes(tmp_path):
+    md = tmp_path / "x.md"
+    md.write_text('text\n```bash run args="--set steps=2" timeout=9\ngrpo-replay train\n```\n```python\nx\n```\n')
+    a, b = parse_snippets(md)
+    assert (a.lang, a.tag, a.attrs, a.body, a.line) == ("bash", "run", {"args": "--set steps=2", "timeout": "9"},
+                                                         "grpo-replay train\n", 2)
+    assert (b.lang, b.tag) == ("python", None)
+
+
+def shell_script(s: Snippet) -> str:
+    """The snippet's lines, `args` appended to each grpo-replay call, skipped lines dropped."""
+    extra = s.attrs.get("args", "")
+    lines, joined = [], ""
+    for raw in s.body.splitlines():
+        joined += raw
+        if raw.rstrip().endswith("\\"):  # a continued command is one command
+            joined = joined.rstrip()[:-1].rstrip() + " "
+            continue
+        line, joined = joined, ""
+        if re.search(r"#\s*doctest:\s*skip", line):
+            continue
+        if extra and re.search(r"(^|[\s/])grpo-replay\s", line + " "):
+            code, hash_, comment = line.partition(" #")
+            line = f"{code.rstrip()} {extra}" + (f" #{comment}" if hash_ else "")
+        lines.append(line)
+    return "set -euo pipefail\n" + "\n".join(lines) + "\n"
+
+
+def test_shell_script_appends_args_and_skips(tmp_path):
+    s = Snippet(ROOT / "README.md", 1, "bash", "run", {"args": "--set steps=2"},
+                "grpo-replay train --seed 1   # a comment\nbash scripts/test.sh  # doctest: skip recursion\n"
+                "grpo-replay eval --model m \\\n    --n 2\n")
+    assert shell_script(s).splitlines()[1:] == [
+        "grpo-replay train --seed 1 --set steps=2 # a comment",
+        "grpo-replay eval --model m     --n 2 --set steps=2",
+    ]
+
+
+def sandbox(tmp_path: Path) -> Path:
+    """A fresh directory laid out like the checkout: every top-level entry linked, ../shared beside it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in {".git", "runs", ".pytest_cache", ".hypothesis"}:
+            (repo / entry.name).symlink_to(entry)
+    shared = ROOT.parent / "shared"
+    if shared.exists():
+        (tmp_path / "shared").symlink_to(shared)
+    return repo
+
+
+@pytest.mark.parametrize("snippet", RUN, ids=[s.id for s in RUN])
+def test_snippet_runs(snippet: Snippet, tmp_path):
+    repo = sandbox(tmp_path)
+    venv_bin = ROOT / ".venv" / "bin"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", MPLBACKEND="Agg",
+               PATH=f"{venv_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=str(ROOT / "src"))
+    if snippet.lang in ("python", "py"):
+        cmd = [sys.executable, "-c", snippet.body]
+    else:
+        cmd = ["bash", "-c", shell_script(snippet)]
+    timeout = int(snippet.attrs.get("timeout", DEFAULT_TIMEOUT))
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (
+        f"{snippet.id} failed (exit {proc.returncode}):\n{snippet.body}\n--- stdout ---\n{proc.stdout[-3000:]}\n"
+        f"--- stderr ---\n{proc.stderr[-5000:]}"
+    )
