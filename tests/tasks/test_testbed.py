@@ -237,3 +237,18 @@ def test_policy_stats_smoke():
     assert abs(st["frac_groups_all_wrong"] + st["frac_groups_all_correct"] + st["frac_groups_mixed"] - 1) < 1e-9
     fw = forced_mode_pass_rate(model, task, ps, working=True, n_samples=2, max_new_tokens=6)
     assert set(fw) <= {1, 2}
+
+
+def test_warm_start_cut_by_the_wall_clock_cap_is_used_but_not_cached(tmp_path):
+    # A cap-stopped warm start depends on the machine's load; caching it made later runs start from it.
+    cfg = TestbedConfig.tiny(cache_dir=str(tmp_path), warmstart_max_seconds=1e-9, warmstart_max_steps=40)
+    with pytest.warns(UserWarning, match="not cached"):
+        model, _, info = warm_start(cfg, progress=False)
+    assert info["stop_reason"] == "max_seconds" and info["steps_run"] == cfg.warmstart_eval_every
+    assert not info["from_cache"] and info["cache_path"] is None
+    assert not any(tmp_path.iterdir()), "a cap-stopped warm start must not be cached"
+    # the cap is not part of the cache key, and by default there is none
+    assert TestbedConfig().warmstart_max_seconds is None
+    assert TestbedConfig.tiny(warmstart_max_seconds=5.0).cache_key() == TestbedConfig.tiny().cache_key()
+    with pytest.raises(ValueError, match="warmstart_max_seconds"):
+        TestbedConfig.tiny(warmstart_max_seconds=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import dataclasses
 import hashlib
 import json
@@ -11,10 +13,12 @@ from pathlib import Path
 
 #: Bump when the task format, tokenizer or warm-start procedure changes in a way that
 #: invalidates cached checkpoints.
-CACHE_FORMAT_VERSION = "testbed-v1"
+# v2: warm starts cut short by the wall-clock cap are no longer cached (v1 caches may hold such a machine-speed-
+# dependent checkpoint, so they are not reused).
+CACHE_FORMAT_VERSION = "testbed-v2"
 
 #: Fields that do not affect the cached warm-start checkpoint (excluded from the cache hash).
-_NON_HASHED_FIELDS = frozenset({"cache_dir", "progress_every"})
+_NON_HASHED_FIELDS = frozenset({"cache_dir", "progress_every", "warmstart_max_seconds"})
 
 
 @dataclass
@@ -88,8 +92,10 @@ class TestbedConfig:
     """Lower end of the target sampled pass-rate window."""
     target_pass_high: float = 0.25
     """Upper end of the target sampled pass-rate window."""
-    warmstart_max_seconds: float = 600.0
-    """Wall-clock cap on the supervised loop (the closest checkpoint so far is kept)."""
+    warmstart_max_seconds: Optional[float] = None
+    """Optional wall-clock cap on the supervised loop (the closest checkpoint so far is kept). None = no cap: the
+    stopping rule is then step-based only, so the warm start is the same on every machine. A warm start cut by
+    the cap depends on the machine's speed and load, so it is used for that run but never cached."""
     seed: int = 0
     """Seed of the warm start (data order, initialisation, evaluation sampling)."""
 
@@ -112,6 +118,9 @@ class TestbedConfig:
     def working_prob_for(self, difficulty: int) -> float:
         i = min(max(difficulty - self.digits_min, 0), len(self.working_prob) - 1)
         return float(self.working_prob[i])
+
+    def __post_init__(self) -> None:
+        _validate(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -155,6 +164,8 @@ def _validate(cfg: TestbedConfig) -> None:
         raise ValueError("model_type must be 'llama' or 'qwen2'")
     if not 0.0 <= cfg.target_pass_low <= cfg.target_pass_high <= 1.0:
         raise ValueError("bad target pass-rate window")
+    if cfg.warmstart_max_seconds is not None and not cfg.warmstart_max_seconds > 0:
+        raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
 
 
 __all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION"]

@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def train_warm_start(cfg: TestbedConfig, progress: bool = True):
             if rate > cfg.target_pass_high:
                 reason = "overshoot"  # curve already past the window: keep the closest
                 break
-            if elapsed > cfg.warmstart_max_seconds:
+            if cfg.warmstart_max_seconds is not None and elapsed > cfg.warmstart_max_seconds:
                 reason = "max_seconds"
                 break
     if best is None:  # no evaluation happened (max_steps < min_steps): evaluate the end state
@@ -177,6 +178,16 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
                   file=sys.stderr, flush=True)
         return model, tokenizer, info
     model, tokenizer, info = train_warm_start(cfg, progress=progress)
+    if info["stop_reason"] == "max_seconds":
+        # Where the cap cut the loop depends on the machine's speed and load: caching it would make every later
+        # run (and every report) start from a machine-dependent checkpoint.
+        warnings.warn(
+            f"testbed warm start stopped by warmstart_max_seconds={cfg.warmstart_max_seconds} at step "
+            f"{info['steps_run']} (pass rate {info['pass_rate']:.3f}); it is used for this run but not cached",
+            stacklevel=2,
+        )
+        info.update(from_cache=False, cache_path=None)
+        return model, tokenizer, info
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
