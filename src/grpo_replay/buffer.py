@@ -45,8 +45,8 @@ class ReplayBuffer:
     def add(self, batch: RolloutBatch, step: int, prompt_keys: Optional[Sequence[int]] = None) -> int:
         """Insert fresh rows generated at optimizer step `step` (birth step). Returns rows added.
 
-        Rows are stored unpadded: prompt tokens where prompt_mask is 1, completion tokens up to the last
-        counted one. Group ids are mapped to buffer-wide keys, so ids may repeat across calls.
+        Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
+        is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids may repeat across calls.
         """
         n = len(batch)
         if n == 0:
@@ -70,7 +70,7 @@ class ReplayBuffer:
         group_key = self._next_group + inv.astype(np.int64)
         self._next_group += int(inv.max()) + 1
         pk = np.full(n, -1, np.int64) if prompt_keys is None else np.asarray(prompt_keys, dtype=np.int64)
-        tokens = _unpad(batch)
+        prompt, plen, completion = _arena_rows(batch)
         weight = self._priority(adv, std, self.config.alpha, self.config.eps)
         scalars = {
             "birth_step": np.full(n, step, np.int64),
@@ -80,8 +80,9 @@ class ReplayBuffer:
             "group_key": group_key,
             "prompt_key": pk,
             "weight": weight,
+            "prompt_len": plen,
         }
-        self.storage.add(scalars, tokens)
+        self.storage.add(scalars, prompt, completion)
         self.total_added += n
         evict = self.capacity_eviction.select(self.storage)
         self.storage.remove(evict)
@@ -107,40 +108,34 @@ class ReplayBuffer:
         return self.gather(slots)
 
     def gather(self, slots: np.ndarray) -> RolloutBatch:
-        """Padded replay batch of the given slots (prompts left-padded, completions right-padded)."""
+        """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
+        the longest among these rows): one row gather per arena, no per-row work."""
         st = self.storage
+        slots = np.asarray(slots, dtype=np.int64)
         n = len(slots)
-        toks = [st.tokens(s) for s in slots.tolist()]
-        plen = np.array([len(t[0]) for t in toks], dtype=np.int64)
-        clen = np.array([len(t[1]) for t in toks], dtype=np.int64)
+        plen, clen = st.col("prompt_len")[slots], st.col("comp_len")[slots]
         P = int(plen.max()) if n else 0
         C = int(clen.max()) if n else 0
-        # Scatter the concatenated rows into padded arrays with one boolean-mask assignment per field:
-        # row-major mask order equals the concatenation order.
-        pmask = np.arange(P)[None, :] >= (P - plen)[:, None]  # (n, P) left-padded
-        cmask = np.arange(C)[None, :] < clen[:, None]  # (n, C) right-padded
+        Wp = st.prompt_ids.shape[1]
+        arena = st.arena
 
-        def pad(mask, k, dtype):
-            out = np.zeros(mask.shape, dtype)
-            if n:
-                out[mask] = np.concatenate([t[k] for t in toks])
-            return torch.from_numpy(out)
+        def rows(a: np.ndarray, cols: slice, dtype) -> torch.Tensor:
+            return torch.from_numpy(a[slots, cols].astype(dtype, copy=False))
 
-        has_ref = n > 0 and toks[0][4] is not None
-        col = lambda k: torch.from_numpy(st.col(k)[slots].copy())  # noqa: E731
+        col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
         return RolloutBatch(
-            prompt_ids=pad(pmask, 0, np.int64),
-            prompt_mask=torch.from_numpy(pmask.astype(np.int64)),
-            completion_ids=pad(cmask, 1, np.int64),
-            completion_mask=pad(cmask, 3, np.int64),
-            behaviour_logps=pad(cmask, 2, np.float32),
+            prompt_ids=rows(st.prompt_ids, slice(Wp - P, Wp), np.int64),
+            prompt_mask=torch.from_numpy((np.arange(P)[None, :] >= (P - plen)[:, None]).astype(np.int64)),
+            completion_ids=rows(arena["comp_ids"], slice(0, C), np.int64),
+            completion_mask=rows(arena["mask"], slice(0, C), np.int64),
+            behaviour_logps=rows(arena["logps"], slice(0, C), np.float32),
             advantages=col("advantage"),
             rewards=col("reward"),
             group_ids=col("group_key"),
             group_std=col("group_std"),
             birth_step=col("birth_step"),
             is_replay=torch.ones(n, dtype=torch.bool),
-            ref_logps=pad(cmask, 4, np.float32) if has_ref else None,
+            ref_logps=rows(arena["ref"], slice(0, C), np.float32) if st.has_ref and n else None,
         )
 
     def prompt_keys(self, slots: np.ndarray) -> np.ndarray:
@@ -213,37 +208,28 @@ class ReplayBuffer:
         return buf
 
 
-def _unpad(batch: RolloutBatch) -> list[tuple]:
-    """Per row (prompt ids int32, completion ids int32, behaviour log-probs float32, completion mask bool,
-    ref log-probs float32 or None), unpadded. Vectorised: one boolean-mask gather
-    per field, then split (the rows are views into one array per call)."""
-    pmask = batch.prompt_mask.cpu().numpy().astype(bool)
-    cm = batch.completion_mask.cpu().numpy().astype(bool)
-    C = cm.shape[1]
-    # completion length = last counted position + 1 (a mask may have interior zeros, e.g. tool output)
-    clen = np.where(cm.any(1), C - np.argmax(cm[:, ::-1], axis=1), 0)
-    keep = np.arange(C)[None, :] < clen[:, None]
-    plen = pmask.sum(1)
-    pb, cb = _bounds(plen), _bounds(clen)
-    prompts = _split(batch.prompt_ids.cpu().numpy()[pmask].astype(np.int32), pb)
-    comps = _split(batch.completion_ids.cpu().numpy()[keep].astype(np.int32), cb)
-    logps = _split(batch.behaviour_logps.detach().cpu().float().numpy()[keep], cb)
-    masks = _split(cm[keep], cb)
-    refs = (
-        _split(batch.ref_logps.detach().cpu().float().numpy()[keep], cb)
-        if batch.ref_logps is not None
-        else [None] * len(clen)
-    )
-    return list(zip(prompts, comps, logps, masks, refs))
-
-
-def _bounds(lengths: np.ndarray) -> list[tuple[int, int]]:
-    ends = np.cumsum(lengths).tolist()
-    return list(zip([0] + ends[:-1], ends))
-
-
-def _split(flat: np.ndarray, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
-    return [flat[a:b] for a, b in bounds]  # views; cheaper than np.split for many small rows
+def _arena_rows(batch: RolloutBatch):
+    """A fresh batch as arena input: (prompt ids (n, P') int32, left-padded with zeros, P' the longest
+    prompt; prompt lengths; completion arrays {comp_ids, mask, logps, ref}, numpy views of the batch, no
+    copy). Prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
+    zeros are squeezed out, as before). The prompt is small next to the completions: it alone is copied here."""
+    pm = batch.prompt_mask.cpu().numpy() != 0
+    pid = batch.prompt_ids.cpu().numpy()
+    n, P = pm.shape
+    plen = pm.sum(1).astype(np.int64)
+    Pw = int(plen.max()) if n else 0
+    left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
+    if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
+        order = np.argsort(pm, axis=1, kind="stable")
+        pid, pm = np.take_along_axis(pid, order, 1), left_padded
+    prompt = np.where(pm, pid, 0)[:, P - Pw :].astype(np.int32)
+    completion = {
+        "comp_ids": batch.completion_ids.cpu().numpy(),
+        "mask": batch.completion_mask.cpu().numpy(),
+        "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
+        "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
+    }
+    return prompt, plen, completion
 
 
 def _plain(v: Any) -> Any:
