@@ -6,14 +6,14 @@ group statistics, behaviour log-probs and the sampling weight are frozen at inse
 """
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
+from . import buffer_state
+from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction
 from .priority import PRIORITIES
@@ -21,7 +21,7 @@ from .rollout import RolloutBatch
 from .sampler import PrioritizedSampler
 from .storage import RolloutStorage
 
-STATE_VERSION = 1
+__all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
 
 class ReplayBuffer:
@@ -37,6 +37,7 @@ class ReplayBuffer:
         self.total_added = 0
         self.total_evicted_age = 0
         self.total_evicted_capacity = 0
+        self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
 
     def __len__(self) -> int:
         return len(self.storage)
@@ -51,6 +52,7 @@ class ReplayBuffer:
         n = len(batch)
         if n == 0:
             return 0
+        self._see(step)
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
@@ -92,6 +94,7 @@ class ReplayBuffer:
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
         """Drop every rollout with age > tau_max at `step`. Returns rows evicted."""
+        self._see(step)
         slots = self.age_eviction.select(self.storage, step)
         self.storage.remove(slots)
         self.total_evicted_age += len(slots)
@@ -106,6 +109,10 @@ class ReplayBuffer:
             n_rows = 0
         slots = self.sampler.sample(self.storage, n_rows, self.rng)
         return self.gather(slots)
+
+    def _see(self, step: int) -> None:
+        step = int(step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
 
     def gather(self, slots: np.ndarray) -> RolloutBatch:
         """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
@@ -163,6 +170,7 @@ class ReplayBuffer:
             "rng": self.rng.bit_generator.state,
             "next_group": self._next_group,
             "totals": [self.total_added, self.total_evicted_age, self.total_evicted_capacity],
+            "step": self.last_step,
             "storage": self.storage.state_dict(),
             "sampler": self.sampler.state_dict(),
             "age_eviction": self.age_eviction.state_dict(),
@@ -170,41 +178,44 @@ class ReplayBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"replay buffer state version {state.get('version')!r}; expected {STATE_VERSION}")
-        if state["config"] != self.config.to_dict():
-            raise ValueError(
-                f"replay buffer state was saved with config {state['config']}, this buffer has {self.config.to_dict()}"
-            )
+        """Restore a `state_dict`; every field is validated first (BufferStateError, nothing changed)."""
+        self._load_validated(state, {"json": "replay buffer state", "npz": "replay buffer state"})
+
+    def _load_validated(self, state: dict[str, Any], where: dict[str, str]) -> None:
+        buffer_state.validate(state, self.config, where)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
         self.total_added, self.total_evicted_age, self.total_evicted_capacity = (int(x) for x in state["totals"])
-        self.storage.load_state_dict(state["storage"])
+        st = state["storage"]
+        births = st["col.birth_step"][st["valid"]]
+        # Version 1 files predate "step": their newest birth step is the best bound there is.
+        step = state["step"] if "step" in state else (int(births.max()) if len(births) else None)
+        self.last_step = None if step is None else int(step)
+        self.storage.load_state_dict(st)
         self.sampler.load_state_dict(state["sampler"])
         self.age_eviction.load_state_dict(state["age_eviction"])
         self.capacity_eviction.load_state_dict(state["capacity_eviction"])
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write `<path>.npz` (arrays, allow_pickle=False) and `<path>.json` (everything else), atomically."""
-        path = Path(path)
-        state = self.state_dict()
-        storage = state.pop("storage")
-        arrays = {k: v for k, v in storage.items() if isinstance(v, np.ndarray)}
-        state["storage_scalars"] = {k: _plain(v) for k, v in storage.items() if not isinstance(v, np.ndarray)}
-        _atomic_write(path.with_suffix(".npz"), lambda f: np.savez(f, **arrays))
-        _atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(state).encode()))
+        """Write `<path>.npz` (arrays, allow_pickle=False) and `<path>.json` (everything else and a checksum),
+        each atomically. The extensions are appended to the whole name: `buffer.step1` is kept as it is."""
+        buffer_state.write(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: Optional[ReplayConfig] = None) -> "ReplayBuffer":
-        path = Path(path)
-        state = json.loads(path.with_suffix(".json").read_text())
-        config = config or ReplayConfig(**state["config"])
-        with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
-            storage = {k: z[k] for k in z.files}
-        storage.update(state.pop("storage_scalars"))
-        state["storage"] = storage
+        """Read what `save(path)` wrote. Any missing, corrupt, inconsistent or edited field raises
+        BufferStateError naming the file and the field."""
+        state, where = buffer_state.read(path)
+        if config is None:
+            cfg = state.get("config")
+            try:
+                config = ReplayConfig(**cfg) if isinstance(cfg, dict) else None
+            except (TypeError, ValueError) as e:
+                raise BufferStateError(f"{where['json']}: field 'config' is not a valid ReplayConfig: {e}") from None
+            if config is None:
+                raise BufferStateError(f"{where['json']}: field 'config' is missing or not an object")
         buf = cls(config)
-        buf.load_state_dict(state)
+        buf._load_validated(state, where)
         return buf
 
 
@@ -230,16 +241,3 @@ def _arena_rows(batch: RolloutBatch):
         "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
     }
     return prompt, plen, completion
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -125,7 +125,7 @@ class RolloutStorage:
         self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
         self._free.extend(range(new - 1, old - 1, -1))
         self.tree = SumTree(new)
-        self.tree.rebuild(self._cols["weight"] * self.valid)
+        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
         """Grow the arenas to at least these widths (prompts stay right-aligned, completions left-aligned)."""
@@ -237,7 +237,10 @@ class RolloutStorage:
         ckeep = np.arange(C)[None, :] < clen[:, None]
         flat = lambda k: self.arena[k][slots][ckeep]  # noqa: E731  row-major order = concatenation order
         has_ref = bool(self.has_ref) and len(slots) > 0
-        state: dict[str, Any] = {f"col.{k}": v.copy() for k, v in self._cols.items() if k not in _LENGTH_COLUMNS}
+        # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
+        state: dict[str, Any] = {
+            f"col.{k}": np.where(self.valid, v, 0).astype(v.dtype) for k, v in self._cols.items() if k not in _LENGTH_COLUMNS
+        }
         state.update(
             valid=self.valid.copy(),
             free=np.asarray(self._free, dtype=np.int64),
@@ -258,10 +261,10 @@ class RolloutStorage:
         """Restore from `state_dict` output; the caller (ReplayBuffer.load) has validated it."""
         n_slots = len(state["valid"])
         self._cols = {k: np.zeros(n_slots, dt) for k, dt in COLUMNS.items()}
+        self.valid = np.array(state["valid"], dtype=bool)
         for k, dt in COLUMNS.items():
             if k not in _LENGTH_COLUMNS:
-                self._cols[k] = np.array(state[f"col.{k}"], dtype=dt)
-        self.valid = np.array(state["valid"], dtype=bool)
+                self._cols[k] = np.where(self.valid, np.asarray(state[f"col.{k}"], dtype=dt), 0).astype(dt)
         self._free = [int(x) for x in state["free"]]
         self._count = int(state["count"])
         self._seq = int(state["seq"])
@@ -282,7 +285,7 @@ class RolloutStorage:
                 continue
             self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
         self.tree = SumTree(n_slots)
-        self.tree.rebuild(self._cols["weight"] * self.valid)
+        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
 
 
 def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
