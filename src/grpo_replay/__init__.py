@@ -4,7 +4,7 @@ Public core API (framework-agnostic): config and presets, the rollout batch, the
 compositions, group advantages, the replay-aware PPO-clip loss and fresh-vs-replay metrics.
 """
 from .advantage import group_advantages, nonzero_variance_mask
-from .buffer import ReplayBuffer
+from .buffer import BufferStateError, ReplayBuffer
 from .composition import COMPOSITIONS, compose_batch
 from .config import PRESETS, ReplayConfig
 from .loss import AGGREGATIONS, LossConfig, ppo_clip_loss
@@ -15,6 +15,7 @@ from .rollout import RolloutBatch
 __version__ = "0.1.0"
 __all__ = [
     "AGGREGATIONS",
+    "BufferStateError",
     "COMPOSITIONS",
     "LossConfig",
     "PRESETS",

@@ -6,14 +6,14 @@ group statistics, behaviour log-probs and the sampling weight are frozen at inse
 """
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
+from . import buffer_state
+from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction
 from .priority import PRIORITIES
@@ -21,7 +21,7 @@ from .rollout import RolloutBatch
 from .sampler import PrioritizedSampler
 from .storage import RolloutStorage
 
-STATE_VERSION = 1
+__all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
 
 class ReplayBuffer:
@@ -37,6 +37,7 @@ class ReplayBuffer:
         self.total_added = 0
         self.total_evicted_age = 0
         self.total_evicted_capacity = 0
+        self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
 
     def __len__(self) -> int:
         return len(self.storage)
@@ -45,12 +46,13 @@ class ReplayBuffer:
     def add(self, batch: RolloutBatch, step: int, prompt_keys: Optional[Sequence[int]] = None) -> int:
         """Insert fresh rows generated at optimizer step `step` (birth step). Returns rows added.
 
-        Rows are stored unpadded: prompt tokens where prompt_mask is 1, completion tokens up to the last
-        counted one. Group ids are mapped to buffer-wide keys, so ids may repeat across calls.
+        Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
+        is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids may repeat across calls.
         """
         n = len(batch)
         if n == 0:
             return 0
+        self._see(step)
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
@@ -70,7 +72,7 @@ class ReplayBuffer:
         group_key = self._next_group + inv.astype(np.int64)
         self._next_group += int(inv.max()) + 1
         pk = np.full(n, -1, np.int64) if prompt_keys is None else np.asarray(prompt_keys, dtype=np.int64)
-        tokens = _unpad(batch)
+        prompt, plen, completion = _arena_rows(batch)
         weight = self._priority(adv, std, self.config.alpha, self.config.eps)
         scalars = {
             "birth_step": np.full(n, step, np.int64),
@@ -80,8 +82,9 @@ class ReplayBuffer:
             "group_key": group_key,
             "prompt_key": pk,
             "weight": weight,
+            "prompt_len": plen,
         }
-        self.storage.add(scalars, tokens)
+        self.storage.add(scalars, prompt, completion)
         self.total_added += n
         evict = self.capacity_eviction.select(self.storage)
         self.storage.remove(evict)
@@ -91,6 +94,7 @@ class ReplayBuffer:
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
         """Drop every rollout with age > tau_max at `step`. Returns rows evicted."""
+        self._see(step)
         slots = self.age_eviction.select(self.storage, step)
         self.storage.remove(slots)
         self.total_evicted_age += len(slots)
@@ -106,41 +110,39 @@ class ReplayBuffer:
         slots = self.sampler.sample(self.storage, n_rows, self.rng)
         return self.gather(slots)
 
+    def _see(self, step: int) -> None:
+        step = int(step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+
     def gather(self, slots: np.ndarray) -> RolloutBatch:
-        """Padded replay batch of the given slots (prompts left-padded, completions right-padded)."""
+        """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
+        the longest among these rows): one row gather per arena, no per-row work."""
         st = self.storage
+        slots = np.asarray(slots, dtype=np.int64)
         n = len(slots)
-        toks = [st.tokens(s) for s in slots.tolist()]
-        plen = np.array([len(t[0]) for t in toks], dtype=np.int64)
-        clen = np.array([len(t[1]) for t in toks], dtype=np.int64)
+        plen, clen = st.col("prompt_len")[slots], st.col("comp_len")[slots]
         P = int(plen.max()) if n else 0
         C = int(clen.max()) if n else 0
-        # Scatter the concatenated rows into padded arrays with one boolean-mask assignment per field:
-        # row-major mask order equals the concatenation order.
-        pmask = np.arange(P)[None, :] >= (P - plen)[:, None]  # (n, P) left-padded
-        cmask = np.arange(C)[None, :] < clen[:, None]  # (n, C) right-padded
+        Wp = st.prompt_ids.shape[1]
+        arena = st.arena
 
-        def pad(mask, k, dtype):
-            out = np.zeros(mask.shape, dtype)
-            if n:
-                out[mask] = np.concatenate([t[k] for t in toks])
-            return torch.from_numpy(out)
+        def rows(a: np.ndarray, cols: slice, dtype) -> torch.Tensor:
+            return torch.from_numpy(a[slots, cols].astype(dtype, copy=False))
 
-        has_ref = n > 0 and toks[0][4] is not None
-        col = lambda k: torch.from_numpy(st.col(k)[slots].copy())  # noqa: E731
+        col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
         return RolloutBatch(
-            prompt_ids=pad(pmask, 0, np.int64),
-            prompt_mask=torch.from_numpy(pmask.astype(np.int64)),
-            completion_ids=pad(cmask, 1, np.int64),
-            completion_mask=pad(cmask, 3, np.int64),
-            behaviour_logps=pad(cmask, 2, np.float32),
+            prompt_ids=rows(st.prompt_ids, slice(Wp - P, Wp), np.int64),
+            prompt_mask=torch.from_numpy((np.arange(P)[None, :] >= (P - plen)[:, None]).astype(np.int64)),
+            completion_ids=rows(arena["comp_ids"], slice(0, C), np.int64),
+            completion_mask=rows(arena["mask"], slice(0, C), np.int64),
+            behaviour_logps=rows(arena["logps"], slice(0, C), np.float32),
             advantages=col("advantage"),
             rewards=col("reward"),
             group_ids=col("group_key"),
             group_std=col("group_std"),
             birth_step=col("birth_step"),
             is_replay=torch.ones(n, dtype=torch.bool),
-            ref_logps=pad(cmask, 4, np.float32) if has_ref else None,
+            ref_logps=rows(arena["ref"], slice(0, C), np.float32) if st.has_ref and n else None,
         )
 
     def prompt_keys(self, slots: np.ndarray) -> np.ndarray:
@@ -168,6 +170,7 @@ class ReplayBuffer:
             "rng": self.rng.bit_generator.state,
             "next_group": self._next_group,
             "totals": [self.total_added, self.total_evicted_age, self.total_evicted_capacity],
+            "step": self.last_step,
             "storage": self.storage.state_dict(),
             "sampler": self.sampler.state_dict(),
             "age_eviction": self.age_eviction.state_dict(),
@@ -175,85 +178,66 @@ class ReplayBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"replay buffer state version {state.get('version')!r}; expected {STATE_VERSION}")
-        if state["config"] != self.config.to_dict():
-            raise ValueError(
-                f"replay buffer state was saved with config {state['config']}, this buffer has {self.config.to_dict()}"
-            )
+        """Restore a `state_dict`; every field is validated first (BufferStateError, nothing changed)."""
+        self._load_validated(state, {"json": "replay buffer state", "npz": "replay buffer state"})
+
+    def _load_validated(self, state: dict[str, Any], where: dict[str, str]) -> None:
+        buffer_state.validate(state, self.config, where)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
         self.total_added, self.total_evicted_age, self.total_evicted_capacity = (int(x) for x in state["totals"])
-        self.storage.load_state_dict(state["storage"])
+        st = state["storage"]
+        births = st["col.birth_step"][st["valid"]]
+        # Version 1 files predate "step": their newest birth step is the best bound there is.
+        step = state["step"] if "step" in state else (int(births.max()) if len(births) else None)
+        self.last_step = None if step is None else int(step)
+        self.storage.load_state_dict(st)
         self.sampler.load_state_dict(state["sampler"])
         self.age_eviction.load_state_dict(state["age_eviction"])
         self.capacity_eviction.load_state_dict(state["capacity_eviction"])
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write `<path>.npz` (arrays, allow_pickle=False) and `<path>.json` (everything else), atomically."""
-        path = Path(path)
-        state = self.state_dict()
-        storage = state.pop("storage")
-        arrays = {k: v for k, v in storage.items() if isinstance(v, np.ndarray)}
-        state["storage_scalars"] = {k: _plain(v) for k, v in storage.items() if not isinstance(v, np.ndarray)}
-        _atomic_write(path.with_suffix(".npz"), lambda f: np.savez(f, **arrays))
-        _atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(state).encode()))
+        """Write `<path>.npz` (arrays, allow_pickle=False) and `<path>.json` (everything else and a checksum),
+        each atomically. The extensions are appended to the whole name: `buffer.step1` is kept as it is."""
+        buffer_state.write(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: Optional[ReplayConfig] = None) -> "ReplayBuffer":
-        path = Path(path)
-        state = json.loads(path.with_suffix(".json").read_text())
-        config = config or ReplayConfig(**state["config"])
-        with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
-            storage = {k: z[k] for k in z.files}
-        storage.update(state.pop("storage_scalars"))
-        state["storage"] = storage
+        """Read what `save(path)` wrote. Any missing, corrupt, inconsistent or edited field raises
+        BufferStateError naming the file and the field."""
+        state, where = buffer_state.read(path)
+        if config is None:
+            cfg = state.get("config")
+            try:
+                config = ReplayConfig(**cfg) if isinstance(cfg, dict) else None
+            except (TypeError, ValueError) as e:
+                raise BufferStateError(f"{where['json']}: field 'config' is not a valid ReplayConfig: {e}") from None
+            if config is None:
+                raise BufferStateError(f"{where['json']}: field 'config' is missing or not an object")
         buf = cls(config)
-        buf.load_state_dict(state)
+        buf._load_validated(state, where)
         return buf
 
 
-def _unpad(batch: RolloutBatch) -> list[tuple]:
-    """Per row (prompt ids int32, completion ids int32, behaviour log-probs float32, completion mask bool,
-    ref log-probs float32 or None), unpadded. Vectorised: one boolean-mask gather
-    per field, then split (the rows are views into one array per call)."""
-    pmask = batch.prompt_mask.cpu().numpy().astype(bool)
-    cm = batch.completion_mask.cpu().numpy().astype(bool)
-    C = cm.shape[1]
-    # completion length = last counted position + 1 (a mask may have interior zeros, e.g. tool output)
-    clen = np.where(cm.any(1), C - np.argmax(cm[:, ::-1], axis=1), 0)
-    keep = np.arange(C)[None, :] < clen[:, None]
-    plen = pmask.sum(1)
-    pb, cb = _bounds(plen), _bounds(clen)
-    prompts = _split(batch.prompt_ids.cpu().numpy()[pmask].astype(np.int32), pb)
-    comps = _split(batch.completion_ids.cpu().numpy()[keep].astype(np.int32), cb)
-    logps = _split(batch.behaviour_logps.detach().cpu().float().numpy()[keep], cb)
-    masks = _split(cm[keep], cb)
-    refs = (
-        _split(batch.ref_logps.detach().cpu().float().numpy()[keep], cb)
-        if batch.ref_logps is not None
-        else [None] * len(clen)
-    )
-    return list(zip(prompts, comps, logps, masks, refs))
-
-
-def _bounds(lengths: np.ndarray) -> list[tuple[int, int]]:
-    ends = np.cumsum(lengths).tolist()
-    return list(zip([0] + ends[:-1], ends))
-
-
-def _split(flat: np.ndarray, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
-    return [flat[a:b] for a, b in bounds]  # views; cheaper than np.split for many small rows
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _arena_rows(batch: RolloutBatch):
+    """A fresh batch as arena input: (prompt ids (n, P') int32, left-padded with zeros, P' the longest
+    prompt; prompt lengths; completion arrays {comp_ids, mask, logps, ref}, numpy views of the batch, no
+    copy). Prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
+    zeros are squeezed out, as before). The prompt is small next to the completions: it alone is copied here."""
+    pm = batch.prompt_mask.cpu().numpy() != 0
+    pid = batch.prompt_ids.cpu().numpy()
+    n, P = pm.shape
+    plen = pm.sum(1).astype(np.int64)
+    Pw = int(plen.max()) if n else 0
+    left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
+    if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
+        order = np.argsort(pm, axis=1, kind="stable")
+        pid, pm = np.take_along_axis(pid, order, 1), left_padded
+    prompt = np.where(pm, pid, 0)[:, P - Pw :].astype(np.int32)
+    completion = {
+        "comp_ids": batch.completion_ids.cpu().numpy(),
+        "mask": batch.completion_mask.cpu().numpy(),
+        "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
+        "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
+    }
+    return prompt, plen, completion

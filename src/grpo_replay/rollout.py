@@ -77,19 +77,24 @@ class RolloutBatch:
             if ts[0] is None:
                 out[f.name] = None
             elif ts[0].dim() == 2:
-                # One allocation, each part copied once into its slice (pad-then-cat would copy twice).
                 left = f.name in ("prompt_ids", "prompt_mask")
                 W = P if left else C
-                res = ts[0].new_zeros((sum(t.shape[0] for t in ts), W))
-                if not ts[0].is_floating_point():
-                    res.fill_(PAD_ID)
+                if all(t.shape[1] == W and t.dtype == ts[0].dtype and t.device == ts[0].device for t in ts):
+                    out[f.name] = torch.cat(ts)
+                    continue
+                # One uninitialised allocation; each part copied once into its slice and only the padding
+                # written besides (pad-then-cat would copy twice, zero-filling first would write twice).
+                res = ts[0].new_empty((sum(t.shape[0] for t in ts), W))
                 row = 0
                 for t in ts:
                     n, w = t.shape
+                    part = res[row : row + n]
                     if left:
-                        res[row : row + n, W - w :] = t
+                        part[:, : W - w].fill_(PAD_ID)
+                        part[:, W - w :] = t
                     else:
-                        res[row : row + n, :w] = t
+                        part[:, :w] = t
+                        part[:, w:].fill_(PAD_ID)
                     row += n
                 out[f.name] = res
             else:

@@ -6,6 +6,14 @@ among those not yet drawn (Efraimidis & Spirakis 2006). It costs one vectorised 
 and the weights are frozen at insertion, so nothing is recomputed per draw. Keys are continuous, so ties
 have probability zero; argsort is stable anyway, so a tie would resolve by slot order, never by comparing
 records.
+
+At rollout granularity the sampler usually avoids touching every stored weight: it draws i.i.d. slots
+from the storage's sum tree (O(log N) each) and keeps each slot's first occurrence, in order. That
+sequence is exactly successive sampling without replacement (given the slots seen so far, the next new
+slot is proportional to weight among the rest), the same distribution as Gumbel-top-k. If a few rounds
+of i.i.d. draws do not yield k distinct slots (k close to N, or weight concentrated on few slots), the
+rest is finished by Gumbel-top-k over the slots not yet drawn, which continues the same process exactly
+(the i.i.d. stream is memoryless at the point where it is stopped).
 """
 from __future__ import annotations
 
@@ -15,6 +23,11 @@ from .storage import RolloutStorage
 
 
 class PrioritizedSampler:
+    # Use the tree while k <= N / TREE_MAX_FRACTION; beyond that duplicates make i.i.d. rounds wasteful and
+    # one linear pass is cheap anyway. MAX_ROUNDS bounds the rounds before the Gumbel finish.
+    TREE_MAX_FRACTION = 4
+    MAX_ROUNDS = 4
+
     def __init__(self, replacement: bool = False, by_group: bool = False):
         self.replacement = replacement
         self.by_group = by_group
@@ -22,9 +35,14 @@ class PrioritizedSampler:
     def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator) -> np.ndarray:
         """Slots of the drawn rows: exactly min(n_rows, stored) rows when sampling rollouts; when sampling
         groups, whole groups until at least n_rows rows (the last group may overshoot)."""
-        slots = storage.valid_slots()
-        if n_rows <= 0 or slots.size == 0:
+        if n_rows <= 0 or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
+        if not self.by_group and storage.tree.total > 0:
+            if self.replacement:
+                return self._tree_iid(storage, n_rows, rng)
+            if n_rows * self.TREE_MAX_FRACTION <= len(storage):
+                return self._tree_without_replacement(storage, n_rows, rng)
+        slots = storage.valid_slots()
         w = storage.col("weight")[slots]
         if not self.by_group:
             return slots[self._draw(w, n_rows, rng)]
@@ -42,6 +60,33 @@ class PrioritizedSampler:
         by_unit = np.argsort(inv, kind="stable")
         starts = np.concatenate([[0], np.cumsum(sizes)])
         return np.concatenate([slots[by_unit[starts[u] : starts[u + 1]]] for u in chosen])
+
+    def _tree_iid(self, storage: RolloutStorage, k: int, rng: np.random.Generator) -> np.ndarray:
+        """k i.i.d. slots with probability proportional to weight."""
+        tree, w = storage.tree, storage.col("weight")
+        out = np.zeros(0, dtype=np.int64)
+        while len(out) < k:
+            s = tree.find(rng.random(k - len(out)) * tree.total)
+            # Rounding can steer a target just past a subtree into a free slot: redraw those.
+            out = np.concatenate([out, s[storage.valid[s] & (w[s] > 0)]])
+        return out
+
+    def _tree_without_replacement(self, storage: RolloutStorage, k: int, rng: np.random.Generator) -> np.ndarray:
+        tree, valid, w = storage.tree, storage.valid, storage.col("weight")
+        stream = np.zeros(0, dtype=np.int64)
+        distinct = stream
+        m = k + k // 8 + 8
+        for _ in range(self.MAX_ROUNDS):
+            s = tree.find(rng.random(m) * tree.total)
+            stream = np.concatenate([stream, s[valid[s] & (w[s] > 0)]])
+            _, first = np.unique(stream, return_index=True)
+            distinct = stream[np.sort(first)]
+            if len(distinct) >= k:
+                return distinct[:k]
+            m = 2 * (k - len(distinct)) + 8
+        rest = storage.valid_slots()
+        rest = rest[~np.isin(rest, distinct)]
+        return np.concatenate([distinct, rest[self._draw(w[rest], k - len(distinct), rng)]])
 
     def _draw(self, w: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         """Indices into w: k draws with probability proportional to w (without replacement: min(k, len(w)))."""

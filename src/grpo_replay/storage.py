@@ -1,9 +1,17 @@
-"""Slot storage for rollouts: compact, unpadded, CPU, numpy.
+"""Slot storage for rollouts: padded token arenas, CPU, numpy.
 
-Scalar fields live in columns indexed by slot; token data lives in one small tuple of arrays per slot
-(int32 prompt ids, int32 completion ids, float32 behaviour log-probs, bool completion mask, optional
-float32 reference log-probs). Freed slots are reused LIFO. The exact slot layout is part of `state_dict`, so a
-restored storage enumerates candidates in the same order and a seeded sampler draws the same rows.
+Scalar fields live in columns indexed by slot. Token data lives in one preallocated arena per field, one
+row per slot: int32 prompt ids right-aligned (left-padded with zeros), int32 completion ids, bool
+completion mask, float32 behaviour log-probs and (when the rows carry them) float32 reference log-probs,
+left-aligned. Insert is one cast-copy of the padded batch per field and a draw one row gather per field
+(no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width, the
+longest row stored so far. Completion positions past a row's length (its last counted token) keep what
+the fresh batch held there (padding, masked out like the fresh row's own) up to that batch's width, and
+zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed slots are reused LIFO. The exact slot layout is part of `state_dict`,
+so a restored storage enumerates candidates in the same order and a seeded sampler draws the same rows.
+
+A sum tree over the slots' sampling weights (0 for free slots) is kept up to date on every add and
+remove, so that the sampler can draw in O(k log N) instead of touching every stored weight.
 """
 from __future__ import annotations
 
@@ -21,17 +29,78 @@ COLUMNS: dict[str, Any] = {
     "prompt_key": np.int64,  # caller's stable prompt identity (-1 if none)
     "weight": np.float64,  # sampling weight, frozen at insertion like the advantage it derives from
     "seq": np.int64,  # insertion counter: the capacity backstop evicts the smallest first
+    "prompt_len": np.int64,  # real prompt tokens (right-aligned in the prompt arena)
+    "comp_len": np.int64,  # last counted completion position + 1
 }
+# Derived from the token arrays in the saved state, so not saved as columns (keeps the file format).
+_LENGTH_COLUMNS = ("prompt_len", "comp_len")
+# completion arenas: name -> dtype
+COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.bool_, "logps": np.float32, "ref": np.float32}
+
+
+class SumTree:
+    """Complete binary tree of partial sums over `n` leaves (float64); node i = node 2i + node 2i+1."""
+
+    def __init__(self, n: int):
+        self.cap = 1 << max(0, int(n - 1).bit_length())
+        self.t = np.zeros(2 * self.cap, dtype=np.float64)
+
+    @property
+    def total(self) -> float:
+        return float(self.t[1])
+
+    def rebuild(self, leaves: np.ndarray) -> None:
+        self.t[:] = 0.0
+        self.t[self.cap : self.cap + len(leaves)] = leaves
+        lo = self.cap // 2
+        while lo >= 1:
+            self.t[lo : 2 * lo] = self.t[2 * lo : 4 * lo : 2] + self.t[2 * lo + 1 : 4 * lo : 2]
+            lo //= 2
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves idx (unique) to values and recompute their ancestors (each parent from its children,
+        so the tree never accumulates rounding drift and equals a rebuild exactly)."""
+        if len(idx) == 0:
+            return
+        idx = np.asarray(idx, dtype=np.int64)
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        if hi - lo == len(idx):  # a contiguous range (the usual case): ancestors are ranges too
+            self.t[self.cap + lo : self.cap + hi][idx - lo] = values
+            lo, hi = lo + self.cap, hi + self.cap
+            while lo > 1:
+                lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
+                self.t[lo:hi] = self.t[2 * lo : 2 * hi : 2] + self.t[2 * lo + 1 : 2 * hi : 2]
+            return
+        i = np.sort(idx) + self.cap
+        self.t[i] = np.asarray(values, dtype=np.float64)[np.argsort(idx, kind="stable")]
+        while i[0] > 1:
+            i = i >> 1
+            i = i[np.concatenate(([True], i[1:] != i[:-1]))]
+            self.t[i] = self.t[2 * i] + self.t[2 * i + 1]
+
+    def find(self, u: np.ndarray) -> np.ndarray:
+        """Leaf index of each prefix-sum target u in [0, total): the first leaf whose cumulative sum exceeds u."""
+        i = np.ones(len(u), dtype=np.int64)
+        u = np.array(u, dtype=np.float64)
+        while self.cap > 1 and i[0] < self.cap:
+            left = self.t[2 * i]
+            right = u >= left
+            u -= np.where(right, left, 0.0)
+            i = 2 * i + right
+        return i - self.cap
 
 
 class RolloutStorage:
     def __init__(self, initial_slots: int = 1024):
         self._cols = {k: np.zeros(initial_slots, dtype=dt) for k, dt in COLUMNS.items()}
         self.valid = np.zeros(initial_slots, dtype=bool)
-        self._tokens: list[Optional[tuple]] = [None] * initial_slots
         self._free: list[int] = list(range(initial_slots - 1, -1, -1))  # pop() yields slot 0 first
         self._count = 0
         self._seq = 0
+        self.prompt_ids = np.zeros((initial_slots, 0), dtype=np.int32)
+        self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
+        self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
+        self.tree = SumTree(initial_slots)
 
     def __len__(self) -> int:
         return self._count
@@ -42,29 +111,88 @@ class RolloutStorage:
     def valid_slots(self) -> np.ndarray:
         return np.flatnonzero(self.valid)
 
-    def _grow(self) -> None:
-        old = len(self.valid)
-        new = old * 2
-        for k in self._cols:
-            self._cols[k] = np.concatenate([self._cols[k], np.zeros(new - old, dtype=self._cols[k].dtype)])
-        self.valid = np.concatenate([self.valid, np.zeros(new - old, dtype=bool)])
-        self._tokens.extend([None] * (new - old))
-        self._free.extend(range(new - 1, old - 1, -1))
+    @property
+    def slots(self) -> int:
+        return len(self.valid)
 
-    def add(self, scalars: dict[str, np.ndarray], tokens: list[tuple]) -> np.ndarray:
-        """Store len(tokens) rows; `scalars` maps every column except seq to an array of that length."""
-        n = len(tokens)
-        while len(self._free) < n:
-            self._grow()
-        slots = np.array([self._free.pop() for _ in range(n)], dtype=np.int64)
+    def _grow(self, needed: int) -> None:
+        old = self.slots
+        new = max(old + old // 4, needed, 1)  # geometric (amortised O(1) a row), 25 % slack at most
+        for k in self._cols:
+            self._cols[k] = _resize_rows(self._cols[k], new)
+        self.valid = _resize_rows(self.valid, new)
+        self.prompt_ids = _resize_rows(self.prompt_ids, new)
+        self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
+        self._free.extend(range(new - 1, old - 1, -1))
+        self.tree = SumTree(new)
+        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+
+    def _widen(self, prompt_width: int, comp_width: int) -> None:
+        """Grow the arenas to at least these widths (prompts stay right-aligned, completions left-aligned)."""
+        P = self.prompt_ids.shape[1]
+        if prompt_width > P:
+            new = np.zeros((self.slots, prompt_width), np.int32)
+            new[:, prompt_width - P :] = self.prompt_ids
+            self.prompt_ids = new
+        C = self.arena["comp_ids"].shape[1]
+        if comp_width > C:
+            for k, a in self.arena.items():
+                new = np.zeros((self.slots, comp_width), a.dtype)
+                new[:, :C] = a
+                self.arena[k] = new
+
+    def add(self, scalars: dict[str, np.ndarray], prompt_ids: np.ndarray, completion: dict[str, Optional[np.ndarray]]) -> np.ndarray:
+        """Store n rows. `scalars` maps every column except seq and comp_len to an array of length n;
+        `prompt_ids` (n, P) int32 is left-padded with zeros; `completion` maps comp_ids, mask, logps and
+        ref (None when the rows carry no reference log-probs) to padded (n, C) arrays of any dtype, cast
+        on the copy. Returns the slots."""
+        n = len(prompt_ids)
+        has_ref = completion.get("ref") is not None
+        if self._count == 0:
+            self.has_ref = has_ref
+        elif has_ref != self.has_ref:
+            raise ValueError(
+                f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
+                f"{'present' if self.has_ref else 'absent'} in the stored rows; all rows must agree"
+            )
+        if len(self._free) < n:
+            self._grow(self._count + n)
+        C = completion["mask"].shape[1]
+        self._widen(prompt_ids.shape[1], C)
+        slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
+        del self._free[len(self._free) - n :]
+        # Contiguous ascending slots (the usual case with LIFO reuse) are written in place through a view;
+        # otherwise through one block per field. Each field is one cast-copy: no per-row work.
+        lo = int(slots[0]) if n else 0
+        contiguous = n > 0 and bool((slots == np.arange(lo, lo + n)).all())
+        P, Wp = prompt_ids.shape[1], self.prompt_ids.shape[1]
+        dst = self.prompt_ids[lo : lo + n] if contiguous else np.empty((n, Wp), np.int32)
+        dst[:, : Wp - P] = 0
+        dst[:, Wp - P :] = prompt_ids
+        if not contiguous:
+            self.prompt_ids[slots] = dst
+        comp_len = np.zeros(n, np.int64)
+        for k in ("mask", "comp_ids", "logps", "ref"):  # mask first: comp_len comes from the stored mask
+            src, a = completion.get(k), self.arena[k]
+            if src is None:
+                continue
+            dst = a[lo : lo + n] if contiguous else np.empty((n, a.shape[1]), a.dtype)
+            dst[:, :C] = src
+            dst[:, C:] = 0
+            if k == "mask" and C:
+                m = dst[:, :C]
+                # last counted position + 1; argmax stops at the first True only on a forward, contiguous row
+                comp_len = np.where(m.any(1), C - np.argmax(np.ascontiguousarray(m[:, ::-1]), axis=1), 0)
+            if not contiguous:
+                a[slots] = dst
         for k, arr in scalars.items():
             self._cols[k][slots] = arr
+        self._cols["comp_len"][slots] = comp_len
         self._cols["seq"][slots] = np.arange(self._seq, self._seq + n)
         self._seq += n
         self.valid[slots] = True
-        for s, tok in zip(slots.tolist(), tokens):
-            self._tokens[s] = tok
         self._count += n
+        self.tree.set(slots, scalars["weight"])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -74,59 +202,102 @@ class RolloutStorage:
         if not self.valid[slots].all():
             raise KeyError("RolloutStorage.remove: slot not occupied")
         self.valid[slots] = False
-        for s in slots.tolist():
-            self._tokens[s] = None
+        # Arena rows are left as they are: add overwrites a row's whole width before it is read again.
         # Reverse so that the lowest freed slot is reused first, keeping the layout compact and deterministic.
         self._free.extend(sorted(slots.tolist(), reverse=True))
         self._count -= len(slots)
+        if self._count == 0:
+            self.has_ref = None
+        self.tree.set(slots, np.zeros(len(slots)))
 
     def tokens(self, slot: int) -> tuple:
-        return self._tokens[slot]
+        """One row unpadded: (prompt ids int32, completion ids int32, behaviour log-probs float32,
+        completion mask bool, reference log-probs float32 or None), views into the arenas."""
+        p, c = int(self._cols["prompt_len"][slot]), int(self._cols["comp_len"][slot])
+        W = self.prompt_ids.shape[1]
+        a = self.arena
+        ref = a["ref"][slot, :c] if self.has_ref else None
+        return self.prompt_ids[slot, W - p :], a["comp_ids"][slot, :c], a["logps"][slot, :c], a["mask"][slot, :c], ref
 
     def nbytes(self) -> int:
-        """Bytes held: columns for all allocated slots plus the token arrays of stored rollouts."""
-        cols = sum(c.nbytes for c in self._cols.values()) + self.valid.nbytes
-        toks = sum(a.nbytes for t in self._tokens if t is not None for a in t if a is not None)
-        return int(cols + toks)
+        """Bytes held: columns, arenas (every allocated slot at the arena's width) and the sum tree."""
+        arrays = [*self._cols.values(), self.valid, self.prompt_ids, self.tree.t]
+        arrays += [a for k, a in self.arena.items() if k != "ref" or self.has_ref]
+        return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Token data unpadded and concatenated over the occupied slots in slot order (the format does not
+        depend on the arena widths)."""
         slots = self.valid_slots()
-        toks = [self._tokens[s] for s in slots.tolist()]
-        has_ref = bool(toks) and toks[0][4] is not None
-        state: dict[str, Any] = {f"col.{k}": v.copy() for k, v in self._cols.items()}
+        plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
+        W = self.prompt_ids.shape[1]
+        pkeep = np.arange(W)[None, :] >= (W - plen)[:, None]
+        C = self.arena["comp_ids"].shape[1]
+        ckeep = np.arange(C)[None, :] < clen[:, None]
+        flat = lambda k: self.arena[k][slots][ckeep]  # noqa: E731  row-major order = concatenation order
+        has_ref = bool(self.has_ref) and len(slots) > 0
+        # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
+        state: dict[str, Any] = {
+            f"col.{k}": np.where(self.valid, v, 0).astype(v.dtype) for k, v in self._cols.items() if k not in _LENGTH_COLUMNS
+        }
         state.update(
             valid=self.valid.copy(),
             free=np.asarray(self._free, dtype=np.int64),
             count=self._count,
             seq=self._seq,
-            prompt_len=np.array([len(t[0]) for t in toks], dtype=np.int64),
-            comp_len=np.array([len(t[1]) for t in toks], dtype=np.int64),
-            prompt_ids=_cat([t[0] for t in toks], np.int32),
-            comp_ids=_cat([t[1] for t in toks], np.int32),
-            logps=_cat([t[2] for t in toks], np.float32),
-            mask=_cat([t[3] for t in toks], np.bool_),
+            prompt_len=plen.astype(np.int64),
+            comp_len=clen.astype(np.int64),
+            prompt_ids=self.prompt_ids[slots][pkeep].astype(np.int32),
+            comp_ids=flat("comp_ids").astype(np.int32),
+            logps=flat("logps").astype(np.float32),
+            mask=flat("mask").astype(np.bool_),
             has_ref=has_ref,
-            ref=_cat([t[4] for t in toks], np.float32) if has_ref else np.zeros(0, np.float32),
+            ref=flat("ref").astype(np.float32) if has_ref else np.zeros(0, np.float32),
         )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._cols = {k: np.array(state[f"col.{k}"], dtype=dt) for k, dt in COLUMNS.items()}
+        """Restore from `state_dict` output; the caller (ReplayBuffer.load) has validated it."""
+        n_slots = len(state["valid"])
+        self._cols = {k: np.zeros(n_slots, dt) for k, dt in COLUMNS.items()}
         self.valid = np.array(state["valid"], dtype=bool)
+        for k, dt in COLUMNS.items():
+            if k not in _LENGTH_COLUMNS:
+                self._cols[k] = np.where(self.valid, np.asarray(state[f"col.{k}"], dtype=dt), 0).astype(dt)
         self._free = [int(x) for x in state["free"]]
         self._count = int(state["count"])
         self._seq = int(state["seq"])
-        self._tokens = [None] * len(self.valid)
-        n = self._count
-        pcut, ccut = np.cumsum(state["prompt_len"])[:-1], np.cumsum(state["comp_len"])[:-1]
-        split = lambda k, dt, cut: np.split(np.asarray(state[k], dt), cut) if n else []  # noqa: E731
-        prompts, comps = split("prompt_ids", np.int32, pcut), split("comp_ids", np.int32, ccut)
-        logps, mask = split("logps", np.float32, ccut), split("mask", bool, ccut)
-        ref = split("ref", np.float32, ccut) if bool(state["has_ref"]) else [None] * n
-        for i, s in enumerate(self.valid_slots().tolist()):
-            self._tokens[s] = (prompts[i], comps[i], logps[i], mask[i], ref[i])
+        slots = self.valid_slots()
+        plen = np.asarray(state["prompt_len"], np.int64)
+        clen = np.asarray(state["comp_len"], np.int64)
+        self._cols["prompt_len"][slots] = plen
+        self._cols["comp_len"][slots] = clen
+        P = int(plen.max()) if len(plen) else 0
+        C = int(clen.max()) if len(clen) else 0
+        self.has_ref = bool(state["has_ref"]) if self._count else None
+        self.prompt_ids = np.zeros((n_slots, P), np.int32)
+        self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, P, np.int32, left=True)
+        self.arena = {}
+        for k, dt in COMPLETION_FIELDS.items():
+            self.arena[k] = np.zeros((n_slots, C), dt)
+            if k == "ref" and not self.has_ref:
+                continue
+            self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
+        self.tree = SumTree(n_slots)
+        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
 
 
-def _cat(arrays: list, dtype) -> np.ndarray:
-    return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype=dtype)
+def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+def _repad(flat: np.ndarray, lengths: np.ndarray, width: int, dtype, left: bool) -> np.ndarray:
+    """(len(lengths), width) array with each row's tokens from the concatenation `flat`, padded with zeros."""
+    pos = np.arange(width)[None, :]
+    keep = pos >= (width - lengths)[:, None] if left else pos < lengths[:, None]
+    out = np.zeros(keep.shape, dtype)
+    out[keep] = np.asarray(flat, dtype)
+    return out

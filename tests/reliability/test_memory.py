@@ -15,8 +15,10 @@ def test_buffer_bytes_in_the_metrics(reference_run):
 
 
 def test_buffer_bytes_bounded_by_capacity():
-    """Insert 40x the capacity: the buffer keeps `capacity` rows, and its bytes stay under the slot columns
-    (allocated slots never exceed 2 * (capacity + one batch)) plus `capacity` times the largest row."""
+    """Insert 40x the capacity: the buffer keeps `capacity` rows, allocated slots never exceed
+    2 * (capacity + one batch), and its bytes stay under, per allocated slot, the columns, the sum tree
+    (2 float64 nodes a slot, rounded up to a power of two) and one padded arena row as wide as the
+    longest prompt and completion."""
     capacity, n_groups, group_size, max_p, max_c = 64, 4, 4, 9, 13
     batch_rows = n_groups * group_size
     buf = ReplayBuffer(ReplayConfig(capacity=capacity, tau_max=None), seed=0)
@@ -32,16 +34,20 @@ def test_buffer_bytes_bounded_by_capacity():
         b = buf.stats(step + 1)["buffer/bytes"]
         slots = len(storage.valid)
         assert slots <= 2 * (capacity + batch_rows)
-        assert b <= slots * col_bytes + capacity * row_bytes
+        tree_bytes = 2 * 8 * (1 << (slots - 1).bit_length())
+        assert b <= slots * (col_bytes + row_bytes) + tree_bytes
         peak.append(b)
     assert len(buf) == capacity and buf.total_evicted_capacity == 40 * capacity - capacity
     assert max(peak[len(peak) // 2 :]) <= max(peak[: len(peak) // 2])  # no growth once full
 
 
 def test_capacity_none_grows_with_the_rows():
+    """Nothing is evicted, so the bytes grow once the rows outgrow the slots allocated up front."""
     buf = ReplayBuffer(ReplayConfig(capacity=None, tau_max=None), seed=0)
+    initial_slots = len(buf.storage.valid)
     sizes = []
     for step in range(6):
-        buf.add(make_batch(step=step, seed=step), step)
+        buf.add(make_batch(n_groups=initial_slots // 16, step=step, seed=step), step)
         sizes.append(buf.stats(step + 1)["buffer/bytes"])
+    assert len(buf) == 6 * (initial_slots // 4) > initial_slots
     assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
