@@ -17,7 +17,7 @@ import torch
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, check_token_ids
 from .sampler import PrioritizedSampler
 from .storage import RolloutStorage
 
@@ -53,6 +53,7 @@ class ReplayBuffer:
             return 0
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
+        check_token_ids(batch, "ReplayBuffer.add")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
             if getattr(batch, name).shape != batch.completion_ids.shape:
                 raise ValueError(
