@@ -50,8 +50,10 @@ def test_trl_config_rejects_non_finite_replay_fields(tmp_path):
     pytest.importorskip("trl")
     from grpo_replay.integrations.trl import ReplayGRPOConfig
 
-    for kw in ({"replay_ratio": math.inf}, {"replay_alpha": math.nan}):
-        with pytest.raises(ValueError, match="is invalid; allowed: a finite number"):
+    for kw in ({"replay_ratio": math.inf}, {"replay_alpha": math.nan}, {"beta": math.nan}, {"epsilon_high": math.inf},
+               {"epsilon": -math.inf}):
+        name = "ReplayConfig" if next(iter(kw)).startswith("replay") else "ReplayGRPOConfig"
+        with pytest.raises(ValueError, match=rf"{name}\..*is invalid; allowed: a finite number"):
             ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kw)
 
 

@@ -16,6 +16,8 @@ Where this departs from the paper (or the summary is silent):
   - When every group of a step has zero variance the step makes no update (nothing to learn from);
     the step counter still advances, so ages and the generation budget stay comparable across arms.
   - A non-finite loss skips the update and is counted; `max_bad_steps` in a row stop the run.
+  - loss.beta > 0: the KL reference is a frozen copy of the initial policy; its log-probs are measured once
+    per fresh row and stored with it, so a replayed row reuses them (the reference never changes).
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
 """
 from __future__ import annotations
