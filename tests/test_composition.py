@@ -30,7 +30,28 @@ def test_pool_keeps_total_fixed(preset):
     out = compose_batch(fresh, buf, 3)
     assert len(out) == len(fresh)
     n_rep = int(out.is_replay.sum())
-    assert n_rep >= round(32 * 0.5 / 1.5) and n_rep % 4 == 0  # whole groups, may overshoot to a group boundary
+    assert n_rep == 8  # whole groups of 4, at most round(32 * 0.5 / 1.5) = 11 rows: never overshoots
+
+
+@pytest.mark.parametrize("preset", ["uniform_pool", "sigma_pool"])
+@pytest.mark.parametrize(
+    "n_fresh_groups,group_size,ratio", [(1, 8, 0.5), (2, 8, 0.25), (3, 4, 1.0), (8, 8, 0.5), (5, 2, 3.0)]
+)
+def test_pool_whole_group_draws_never_overshoot_the_share(preset, ratio, n_fresh_groups, group_size):
+    # Issue 11 item 14: one fresh group of 8 with replay_ratio 0.5 used to be displaced by a whole replayed
+    # group of 8 (replay share 1.0); the share must stay <= replay_ratio / (1 + replay_ratio).
+    buf = ReplayBuffer(ReplayConfig.from_preset(preset, warmup_steps=0, replay_ratio=ratio), seed=1)
+    for t in range(3):
+        buf.add(make_batch(6, group_size, step=t, seed=t, rewards=torch.arange(6 * group_size).float() % 3), t)
+    fresh = make_batch(n_fresh_groups, group_size, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3)
+    n = len(fresh)
+    k = round(n * ratio / (1 + ratio))
+    rep = out.select(out.is_replay.nonzero().flatten())
+    assert len(out) == n and len(rep) <= k
+    assert len(rep) == (k // group_size) * group_size  # as many whole groups as fit
+    _, counts = torch.unique(rep.group_ids, return_counts=True)
+    assert bool((counts == group_size).all())  # only whole groups
 
 
 def test_pool_rollout_granularity_exact():

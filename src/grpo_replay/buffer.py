@@ -17,7 +17,7 @@ from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, check_token_ids
 from .sampler import PrioritizedSampler
 from .storage import RolloutStorage
 
@@ -55,6 +55,7 @@ class ReplayBuffer:
         self._see(step)
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
+        check_token_ids(batch, "ReplayBuffer.add")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
             if getattr(batch, name).shape != batch.completion_ids.shape:
                 raise ValueError(

@@ -40,11 +40,25 @@ def pool(
     random (still inserted into the buffer by the caller: they were generated anyway).
     """
     n = len(fresh)
-    replay = draw(round(n * replay_ratio / (1.0 + replay_ratio)))
-    if len(replay) > n:  # a whole-group draw can overshoot
-        replay = replay.select(torch.arange(n))
+    k = round(n * replay_ratio / (1.0 + replay_ratio))
+    replay = _whole_groups_within(draw(k), k)
     keep = torch.from_numpy(np.sort(rng.permutation(n)[: n - len(replay)]))
     return RolloutBatch.concat([fresh.select(keep), replay]), keep
+
+
+def _whole_groups_within(replay: RolloutBatch, k: int) -> RolloutBatch:
+    """At most k rows of `replay`, dropping whole groups (in draw order, a group that does not fit is
+    skipped): a whole-group draw stops at the first group that reaches k rows, so it can overshoot the
+    share (one fresh group of 8 would be displaced entirely by one replayed group of 8)."""
+    if len(replay) <= k:
+        return replay
+    _, inv, sizes = torch.unique(replay.group_ids, return_inverse=True, return_counts=True)
+    first = torch.full((len(sizes),), len(replay), dtype=torch.long).scatter_reduce(0, inv, torch.arange(len(replay)), "amin")
+    taken, room = torch.zeros(len(sizes), dtype=torch.bool), k
+    for g in torch.argsort(first).tolist():  # groups in draw order
+        if sizes[g] <= room:
+            taken[g], room = True, room - int(sizes[g])
+    return replay.select(taken[inv].nonzero().squeeze(1))
 
 
 def compose_batch(fresh: RolloutBatch, buffer, step: int, return_fresh_index: bool = False):

@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .configio import bad, is_finite, is_int
+
 GRANULARITIES = ("rollout", "group")
 
 # Names are checked against the live registries (imported lazily to avoid a cycle).
@@ -51,29 +53,27 @@ class ReplayConfig:
     """Draw with replacement within a step (default: without, so a rollout appears at most once per batch)."""
 
     def __post_init__(self) -> None:
-        def bad(name: str, allowed: str) -> None:
-            raise ValueError(f"ReplayConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
-
-        if self.tau_max is not None and (not _is_int(self.tau_max) or self.tau_max < 0):
-            bad("tau_max", "an integer >= 0 or None")
-        if not _is_num(self.replay_ratio) or self.replay_ratio < 0 or self.replay_ratio != self.replay_ratio:
-            bad("replay_ratio", "a number >= 0")
-        if not _is_num(self.alpha) or self.alpha < 0 or self.alpha != self.alpha:
-            bad("alpha", "a number >= 0")
-        if not _is_num(self.eps) or self.eps <= 0:
-            bad("eps", "a number > 0")
+        # Every float must be finite: replay_ratio=inf overflows mid-run, a NaN compares False everywhere.
+        if self.tau_max is not None and (not is_int(self.tau_max) or self.tau_max < 0):
+            bad(self, "tau_max", "an integer >= 0 or None")
+        if not is_finite(self.replay_ratio) or self.replay_ratio < 0:
+            bad(self, "replay_ratio", "a finite number >= 0")
+        if not is_finite(self.alpha) or self.alpha < 0:
+            bad(self, "alpha", "a finite number >= 0")
+        if not is_finite(self.eps) or self.eps <= 0:
+            bad(self, "eps", "a finite number > 0")
         if self.priority not in _allowed_priorities():
-            bad("priority", ", ".join(_allowed_priorities()))
+            bad(self, "priority", ", ".join(_allowed_priorities()))
         if self.composition not in _allowed_compositions():
-            bad("composition", ", ".join(_allowed_compositions()))
+            bad(self, "composition", ", ".join(_allowed_compositions()))
         if self.granularity not in GRANULARITIES:
-            bad("granularity", ", ".join(GRANULARITIES))
-        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
-            bad("warmup_steps", "an integer >= 0")
-        if self.capacity is not None and (not _is_int(self.capacity) or self.capacity < 1):
-            bad("capacity", "an integer >= 1 or None")
+            bad(self, "granularity", ", ".join(GRANULARITIES))
+        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
+            bad(self, "warmup_steps", "an integer >= 0")
+        if self.capacity is not None and (not is_int(self.capacity) or self.capacity < 1):
+            bad(self, "capacity", "an integer >= 1 or None")
         if not isinstance(self.replacement, bool):
-            bad("replacement", "true or false")
+            bad(self, "replacement", "true or false")
 
     @property
     def enabled(self) -> bool:
@@ -117,10 +117,3 @@ class ReplayConfig:
 
 PRESETS = ("paper", "grpo", "uniform_pool", "sigma_pool")
 
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -10,17 +10,35 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 import yaml
 
 
 class ConfigError(ValueError):
     pass
+
+
+# --- field validation shared by every config dataclass (ReplayConfig, LossConfig, TrainConfig) ----------
+
+
+def bad(obj: Any, name: str, allowed: str) -> NoReturn:
+    """Raise the one error of an invalid field: `Class.field=value is invalid; allowed: ...`."""
+    raise ConfigError(f"{type(obj).__name__}.{name}={getattr(obj, name)!r} is invalid; allowed: {allowed}")
+
+
+def is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_finite(x: Any) -> bool:
+    """A real number that is neither NaN nor +-inf (bools and strings are not numbers here)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .configio import bad, is_finite, is_int
 from .registry import Registry
 from .rollout import RolloutBatch
 
@@ -55,22 +56,19 @@ class LossConfig:
     """Normaliser for dr_grpo; defaults to the batch's completion width."""
 
     def __post_init__(self) -> None:
-        def bad(name: str, allowed: str) -> None:
-            raise ValueError(f"LossConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
-
-        if not 0 <= self.eps_low < 1:
-            bad("eps_low", "0 <= eps_low < 1")
-        if self.eps_high < 0:
-            bad("eps_high", ">= 0")
-        if self.dual_clip_c is not None and self.dual_clip_c <= 1:
-            bad("dual_clip_c", "a number > 1 or None")
+        # is_finite first: a string would raise a bare TypeError in the comparison, a NaN passes every one.
+        if not is_finite(self.eps_low) or not 0 <= self.eps_low < 1:
+            bad(self, "eps_low", "a finite number, 0 <= eps_low < 1")
+        if not is_finite(self.eps_high) or self.eps_high < 0:
+            bad(self, "eps_high", "a finite number >= 0")
+        if self.dual_clip_c is not None and (not is_finite(self.dual_clip_c) or self.dual_clip_c <= 1):
+            bad(self, "dual_clip_c", "a finite number > 1 or None")
         if self.aggregation not in AGGREGATIONS:
-            bad("aggregation", ", ".join(AGGREGATIONS.names()))
-        if self.beta < 0:
-            bad("beta", ">= 0")
-        if self.max_completion_length is not None and self.max_completion_length < 1:
-            bad("max_completion_length", "an integer >= 1 or None")
-
+            bad(self, "aggregation", ", ".join(AGGREGATIONS.names()))
+        if not is_finite(self.beta) or self.beta < 0:
+            bad(self, "beta", "a finite number >= 0")
+        if self.max_completion_length is not None and (not is_int(self.max_completion_length) or self.max_completion_length < 1):
+            bad(self, "max_completion_length", "an integer >= 1 or None")
 
 def ppo_clip_loss(
     logps: torch.Tensor, batch: RolloutBatch, cfg: LossConfig = LossConfig()

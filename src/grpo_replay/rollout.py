@@ -31,6 +31,18 @@ class RolloutBatch:
     ref_logps: Optional[torch.Tensor] = None  # (B, C) float32, reference-policy log-probs (only when KL is used)
 
     def __post_init__(self) -> None:
+        # Shapes only (no pass over the values): a 2-D reward or a 1-D mask would otherwise surface later
+        # as a raw torch broadcasting or indexing error far from its cause.
+        for f in dataclasses.fields(self):
+            t = getattr(self, f.name)
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"RolloutBatch.{f.name} must be a torch.Tensor, got {type(t).__name__}")
+            dim = 2 if f.name in _TOKEN_FIELDS else 1
+            if t.dim() != dim:
+                what = "(B, width)" if dim == 2 else "(B,), one value per row"
+                raise ValueError(f"RolloutBatch.{f.name} must be {dim}-D {what}; got shape {tuple(t.shape)}")
         b = self.prompt_ids.shape[0]
         for f in dataclasses.fields(self):
             t = getattr(self, f.name)
@@ -100,6 +112,30 @@ class RolloutBatch:
             else:
                 out[f.name] = torch.cat(ts)
         return RolloutBatch(**out)
+
+
+_TOKEN_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps", "ref_logps")
+MAX_TOKEN_ID = 2**31 - 1  # the buffer stores token ids as int32
+
+
+def check_token_ids(batch: RolloutBatch, where: str) -> None:
+    """Raise ValueError if a stored token id (real prompt tokens, completion tokens up to the last counted
+    one) lies outside [0, 2**31 - 1]: the buffer keeps int32 ids and would silently truncate it."""
+    for ids, keep in (
+        (batch.prompt_ids, batch.prompt_mask.ne(0)),
+        (batch.completion_ids, torch.arange(batch.completion_ids.shape[1], device=batch.completion_ids.device).unsqueeze(0)
+         < mask_lengths(batch.completion_mask).unsqueeze(1)),
+    ):
+        real = ids[keep]
+        if real.numel() == 0:
+            continue
+        lo, hi = int(real.min()), int(real.max())
+        if lo < 0 or hi > MAX_TOKEN_ID:
+            name = "prompt_ids" if ids is batch.prompt_ids else "completion_ids"
+            raise ValueError(
+                f"{where}: {name} holds token id {hi if hi > MAX_TOKEN_ID else lo}; "
+                f"allowed: 0 <= id <= {MAX_TOKEN_ID} (the buffer stores int32 token ids)"
+            )
 
 
 def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:

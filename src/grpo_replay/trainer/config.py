@@ -5,7 +5,6 @@ The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -96,7 +95,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:
-            raise configio.ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+            configio.bad(self, name, allowed)
 
         if self.preset not in PRESETS:
             bad("preset", ", ".join(PRESETS))
@@ -118,7 +117,7 @@ class TrainConfig:
             ("reward_timeout", lambda x: x > 0, "a finite number > 0"),
         ):
             v = getattr(self, name)
-            if not (math.isfinite(v) and ok(v)):
+            if not (configio.is_finite(v) and ok(v)):
                 bad(name, allowed)
         if self.advantage_scale not in ("group", "none"):
             bad("advantage_scale", "group, none")

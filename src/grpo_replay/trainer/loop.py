@@ -16,10 +16,13 @@ Where this departs from the paper (or the summary is silent):
   - When every group of a step has zero variance the step makes no update (nothing to learn from);
     the step counter still advances, so ages and the generation budget stay comparable across arms.
   - A non-finite loss skips the update and is counted; `max_bad_steps` in a row stop the run.
+  - loss.beta > 0: the KL reference is a frozen copy of the initial policy; its log-probs are measured once
+    per fresh row and stored with it, so a replayed row reuses them (the reference never changes).
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
 """
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import math
@@ -62,6 +65,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     device = _device(cfg.device)
 
     model, tokenizer, task, setup_info = build_policy(cfg, device)
+    # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
+    # loads (build_policy is deterministic, so a resumed run gets the same reference).
+    ref_model = _frozen_copy(model) if cfg.loss.beta > 0 else None
     # Seed again after the setup: a warm start trained now (rather than loaded from its cache) consumes the
     # global generators, and the run must not depend on whether the cache existed.
     torch.manual_seed(cfg.seed)
@@ -89,6 +95,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         state = checkpoint.load(ckpt, model, optimizer, scheduler, buffer, prompt_rng)
         start = state.pop("step")
         print(f"grpo-replay: resuming {run_dir} from {ckpt.name} (step {start} of {cfg.steps})", flush=True)
+        generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
     # Rows after the checkpoint (or every row, without one) are redone: drop them so the logs match an
     # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
     _truncate_jsonl(run_dir / "metrics.jsonl", start if ckpt is not None else -1)
@@ -147,6 +154,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             birth_step=torch.full((n_gen,), t, dtype=torch.long),
             is_replay=torch.zeros(n_gen, dtype=torch.bool),
         ).select(keep.nonzero().squeeze(1))
+        if ref_model is not None and len(fresh):
+            # Stored with the row: the reference is frozen, so a replayed row's ref log-probs stay valid.
+            fresh.ref_logps = _no_grad_logps(ref_model, fresh, cfg)  # (n_fresh, C)
 
         # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
         update = compose_batch(fresh, buffer, t) if len(fresh) else fresh
@@ -154,10 +164,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if not fresh_measured:
             # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
             # behaviour log-probs now, before the update moves the policy.
-            with torch.no_grad():
-                fresh.behaviour_logps = token_logps(
-                    model, fresh.prompt_ids, fresh.prompt_mask, fresh.completion_ids, fresh.completion_mask, cfg.temperature
-                ).cpu()  # (n_fresh, C)
+            fresh.behaviour_logps = _no_grad_logps(model, fresh, cfg)  # (n_fresh, C)
         stats = _update(model, optimizer, scheduler, update, loss_cfg, cfg) if len(update) else None
         if stats is not None and not stats["finite"]:
             state["bad_in_a_row"] += 1
@@ -183,6 +190,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             "completion_len": float(gen.completion_mask.sum(1).float().mean()),
             "update_rows": len(update),
             "loss": stats["loss"] if stats else None,
+            **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and ref_model is not None else {}),
             "grad_norm": stats["grad_norm"] if stats else None,
             "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
             "lr": scheduler.get_last_lr()[0],
@@ -226,15 +234,16 @@ def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConf
     otherwise), so the accumulated gradient equals the whole-batch loss's gradient."""
     B = len(batch)
     mb = cfg.micro_batch_size or B
-    total_tokens = batch.completion_mask.sum().clamp(min=1)
+    device = next(model.parameters()).device
+    total_tokens = batch.completion_mask.sum().clamp(min=1).to(device)
     optimizer.zero_grad(set_to_none=True)
     logps_all, stats_all, loss_sum = [], [], 0.0
     for i in range(0, B, mb):
-        part = batch.select(torch.arange(i, min(i + mb, B)))
+        part = batch.select(torch.arange(i, min(i + mb, B))).to(device)  # the loss needs every tensor on the model's device
         logps = token_logps(model, part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask, cfg.temperature)  # (b, C)
         # Fresh rows were generated by the current parameters: their behaviour log-probs are these values.
-        fresh_rows = ~part.is_replay.to(logps.device)
-        part.behaviour_logps = torch.where(fresh_rows.unsqueeze(1), logps.detach(), part.behaviour_logps.to(logps.device))
+        fresh_rows = ~part.is_replay
+        part.behaviour_logps = torch.where(fresh_rows.unsqueeze(1), logps.detach(), part.behaviour_logps)
         loss, st = ppo_clip_loss(logps, part, loss_cfg)
         weight = (part.completion_mask.sum() / total_tokens) if loss_cfg.aggregation == "token_mean" else len(part) / B
         (loss * weight).backward()
@@ -261,6 +270,31 @@ def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConf
         "fresh_logps": logps[~batch.is_replay],
         "token_stats": token_stats,
     }
+
+
+@torch.no_grad()
+def _no_grad_logps(model, batch: RolloutBatch, cfg: TrainConfig) -> torch.Tensor:
+    """(B, C) token log-probs on CPU, computed micro_batch_size rows at a time (like the update)."""
+    B = len(batch)
+    mb = cfg.micro_batch_size or B
+    parts = []
+    for i in range(0, B, mb):
+        p = batch.select(torch.arange(i, min(i + mb, B)))
+        parts.append(token_logps(model, p.prompt_ids, p.prompt_mask, p.completion_ids, p.completion_mask, cfg.temperature).cpu())
+    return torch.cat(parts)
+
+
+def _masked_mean(token_stats: dict[str, torch.Tensor], key: str) -> float:
+    m = token_stats["mask"]
+    return float(token_stats[key][m].mean()) if m.any() else 0.0
+
+
+def _frozen_copy(model):
+    ref = copy.deepcopy(model)
+    ref.eval()  # no dropout: the reference is a fixed distribution
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
 
 
 def _summary(cfg: TrainConfig, state: dict, final_eval: dict, setup_info: dict) -> dict[str, Any]:

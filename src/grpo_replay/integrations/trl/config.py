@@ -14,6 +14,9 @@ from typing import Any, Optional
 from trl import GRPOConfig
 
 from ...config import PRESETS, ReplayConfig
+from ...configio import bad, is_finite
+
+TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
 
 
 @dataclass
@@ -56,6 +59,11 @@ class ReplayGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # TRL accepts NaN/inf here; a NaN clip or KL coefficient turns every update into a silent no-op.
+        for name in TRL_FLOATS:
+            value = getattr(self, name, None)
+            if value is not None and not is_finite(value):
+                bad(self, name, "a finite number")
         self.to_replay_config()  # fail before any compute on an invalid replay setting
 
     def replay_overrides(self) -> dict[str, Any]:

@@ -1,0 +1,17 @@
+"""The verl `replay` group builds its ReplayConfig through the core constructor: NaN/inf are rejected there
+(issue 16 item 2). A separate file so it merges cleanly with the hook tests."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("verl.protocol")
+
+from grpo_replay.integrations.verl import split_config  # noqa: E402
+
+
+@pytest.mark.parametrize("key,value", [("replay_ratio", math.inf), ("alpha", math.nan), ("eps", -math.inf)])
+def test_replay_group_rejects_non_finite_floats(key, value):
+    with pytest.raises(ValueError, match=rf"ReplayConfig\.{key}=.* is invalid; allowed: a finite number"):
+        split_config({"preset": "paper", key: value})
