@@ -156,6 +156,7 @@ def claim(cfg) -> Iterator[Path]:
             f"TrainConfig.out_dir={str(run_dir)!r} holds files grpo-replay did not make ({shown}); "
             f"give an empty or new directory"
         )
+    _check_resume(cfg, run_dir)  # before writing anything, even the lock's pid; again under the lock below
     created = not run_dir.exists()
     lock = run_dir / LOCK
     try:
