@@ -1,7 +1,7 @@
 """The paper's claims, each checked on the testbed with paired (same-seed) 95 % confidence intervals.
 
 A verdict is one of: "holds" (difference in the claimed direction, CI excludes 0); "direction agrees, not
-significant" (CI includes 0); "does not hold" (mean difference in the other direction or zero); "not tested"
+significant" (CI includes 0); "does not hold" (mean difference in the other direction or zero, within TOL); "not tested"
 (an arm is missing, e.g. in the quick setting).
 """
 from __future__ import annotations
