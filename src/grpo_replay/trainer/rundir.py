@@ -6,8 +6,8 @@
     a directory with anyone else's files is never written into;
   - one run at a time: `.grpo-replay.lock` is locked (flock) for the run's life and names the holder's pid;
     the kernel drops the lock when its process dies, so the lock of a killed run is taken over;
-  - resuming: the requested config must equal the run's own config.yaml except for `RESUMABLE_KEYS`;
-    otherwise nothing is written and the error lists the keys that differ.
+  - resuming a run with results (a checkpoint or a summary): the requested config must equal the run's own
+    config.yaml except for `RESUMABLE_KEYS`; otherwise nothing is written and the error lists the keys that differ.
 Only then is config.yaml (re)written.
 """
 from __future__ import annotations
@@ -105,7 +105,9 @@ def _check_resume(cfg, run_dir: Path) -> int:
     from .config import resolve
 
     path = run_dir / "config.yaml"
-    if not path.is_file():
+    ckpt = latest(run_dir)
+    if not path.is_file() or not (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()):
+        # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
         return 0
     try:
         saved = resolve(yaml_path=str(path))
@@ -119,7 +121,6 @@ def _check_resume(cfg, run_dir: Path) -> int:
             f"{lines}\nOnly these keys may change on resume: {', '.join(RESUMABLE_KEYS)}. "
             f"To run the new config, give a new directory: --out NEWDIR"
         )
-    ckpt = latest(run_dir)
     done = int(ckpt.name.split("-")[1]) if ckpt is not None else 0
     if cfg.steps < done:
         raise RunDirError(
