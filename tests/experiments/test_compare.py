@@ -98,6 +98,8 @@ def test_dry_run_and_bad_comparison(tmp_path, capsys):
 def test_zero_seeds_is_an_error(tmp_path, capsys):
     assert main(["compare", "--quick", "--out", str(tmp_path), "--seeds", "0", "--dry-run"]) == 2
     assert "--seeds must be >= 1" in capsys.readouterr().err
+    assert main(["compare", "--quick", "--out", str(tmp_path), "--jobs", "0", "--dry-run"]) == 2
+    assert "--jobs must be >= 1" in capsys.readouterr().err
 
 
 def test_full_setting_arms():

@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if n_seeds < 1:
         print("grpo-replay compare: --seeds must be >= 1", file=sys.stderr)
         return 2
+    if args.jobs is not None and args.jobs < 1:
+        print("grpo-replay compare: --jobs must be >= 1", file=sys.stderr)
+        return 2
     jobs = args.jobs or os.cpu_count() or 1
 
     extra = {}
