@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import re
 import textwrap
 import types
 import typing
@@ -39,6 +40,11 @@ def is_int(x: Any) -> bool:
 def is_finite(x: Any) -> bool:
     """A real number that is neither NaN nor +-inf (bools and strings are not numbers here)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# YAML 1.1 (PyYAML) reads 1e-6, 1E6 and 1.0e6 as strings (it wants a dot and a signed exponent); YAML 1.2 and
+# Python read them as numbers. A string of this form given for a float key is taken as that number.
+_FLOAT_TEXT = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?")
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -139,6 +145,8 @@ def check_value(key: str, value: Any, annotation: Any) -> Any:
     elif annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+            return float(value.strip().replace("_", ""))
     elif annotation is str:
         if isinstance(value, str):
             return value

@@ -95,6 +95,13 @@ def test_dry_run_and_bad_comparison(tmp_path, capsys):
     assert main(["compare", "--quick", "--out", str(tmp_path), "--comparisons", "nope"]) == 2
 
 
+def test_zero_seeds_is_an_error(tmp_path, capsys):
+    assert main(["compare", "--quick", "--out", str(tmp_path), "--seeds", "0", "--dry-run"]) == 2
+    assert "--seeds must be >= 1" in capsys.readouterr().err
+    assert main(["compare", "--quick", "--out", str(tmp_path), "--jobs", "0", "--dry-run"]) == 2
+    assert "--jobs must be >= 1" in capsys.readouterr().err
+
+
 def test_full_setting_arms():
     arms = make_arms(FULL)
     names = arms_for(FULL.comparisons)
@@ -131,4 +138,21 @@ def test_verdicts():
     assert claims.verdict({"mean": -0.02, "lo": -0.05, "hi": 0.01, "n": 5}) == claims.FAILS
     assert claims.verdict({"mean": -0.02, "lo": -0.03, "hi": -0.01, "n": 5}, sign=-1) == claims.HOLDS
     assert claims.verdict({"mean": None}) == claims.UNTESTED
+
+
+def test_verdict_of_an_exact_zero_difference_with_float_noise():
+    """Equal total accuracy over 5 seeds; the float mean of the paired differences is 3.3e-17, not 0."""
+    a, b = [0.516, 0.026, 0.031, 0.92, 0.464], [0.623, 0.525, 0.118, 0.212, 0.479]
+
+    def runs(arm, accs):
+        return [stats.Run(arm, s, [{"acc_sampled": x}], 0, 0) for s, x in enumerate(accs)]
+
+    d = stats.paired_diff(runs("paper", a), runs("grpo", b), lambda r: r.final["acc_sampled"])
+    assert d["mean"] != 0  # the float noise this test is about
+    assert claims.verdict(d) == claims.FAILS and claims.verdict(d, sign=-1) == claims.FAILS
+    same = stats.paired_diff(runs("paper", [0.1, 0.3, 0.7]), runs("grpo", [0.1, 0.3, 0.7]), lambda r: r.final["acc_sampled"])
+    assert claims.verdict(same) == claims.FAILS
+    noisy = {"mean": 1e-17, "lo": 1e-17, "hi": 2e-17, "n": 5}  # a zero-width CI at float noise above 0
+    assert claims.verdict(noisy) == claims.FAILS
+    assert claims.verdict({"mean": 0.004, "lo": 1e-17, "hi": 0.008, "n": 5}) == claims.WEAK
     assert math.isclose(stats.ci([1.0, 1.0, 1.0])["lo"], 1.0)

@@ -11,7 +11,7 @@ import time
 from helpers import read_jsonl, without_times
 
 from grpo_replay.cli import main
-from grpo_replay.trainer import checkpoint
+from grpo_replay.trainer import checkpoint, rundir
 
 STEPS = 6  # helpers.TINY
 
@@ -75,6 +75,8 @@ def test_killed_before_the_first_checkpoint_restarts_cleanly(reference_run, trai
     """No checkpoint yet but logs exist (killed during step 1-2): the rerun starts over without duplicate rows."""
     out = tmp_path / "run"
     out.mkdir()
+    for name in (rundir.MARKER, "config.yaml"):  # what the killed run had written before its first step
+        shutil.copy(reference_run / name, out / name)
     ref_metrics = (reference_run / "metrics.jsonl").read_text().splitlines(keepends=True)
     (out / "metrics.jsonl").write_text(ref_metrics[0])
     (out / "evals.jsonl").write_text((reference_run / "evals.jsonl").read_text().splitlines(keepends=True)[0])

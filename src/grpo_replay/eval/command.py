@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     # Validate everything cheap before loading a model.
     from .report import load_results, markdown_table, write_report
-    from .runner import EvalSettings, run_evaluation
+    from .runner import EvalSettings, load_benchmark, run_evaluation
 
     sampling = SamplingParams(
         n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
@@ -98,6 +98,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     baseline = load_results(args.baseline) if args.baseline else None
+    for name in settings.benchmarks:  # a missing or empty benchmark fails before the model loads
+        load_benchmark(name, settings.data_dir, settings.limit)
 
     from .generation import TransformersGenerator, VLLMGenerator, load_model
 

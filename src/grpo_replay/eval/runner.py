@@ -61,10 +61,13 @@ def load_benchmark(name: str, data_dir: Optional[str], limit: Optional[int]) -> 
     try:
         path = resolve_benchmark(name, data_dir)
     except (ValueError, FileNotFoundError):
-        if os.path.exists(name) or "/" in name:  # a path, or a hub dataset like "HuggingFaceH4/MATH-500"
-            return list(load_problems(name, split="test", limit=limit))
-        raise
-    return list(load_problems(path, split="test", limit=limit))
+        if not (os.path.exists(name) or "/" in name):  # neither a path nor a hub dataset like "HuggingFaceH4/MATH-500"
+            raise
+        path = name
+    problems = list(load_problems(path, split="test", limit=limit))
+    if not problems:  # a table of 0 problems would read as a result
+        raise ValueError(f"benchmark {name!r} ({path}) has no problems")
+    return problems
 
 
 def benchmark_label(name: str) -> str:

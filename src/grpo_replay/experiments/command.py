@@ -67,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"grpo-replay compare: unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}", file=sys.stderr)
             return 2
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
-    n_seeds = args.seeds or setting.seeds
+    n_seeds = setting.seeds if args.seeds is None else args.seeds  # `or` would turn --seeds 0 into the default
     if n_seeds < 1:
         print("grpo-replay compare: --seeds must be >= 1", file=sys.stderr)
+        return 2
+    if args.jobs is not None and args.jobs < 1:
+        print("grpo-replay compare: --jobs must be >= 1", file=sys.stderr)
         return 2
     jobs = args.jobs or os.cpu_count() or 1
 

@@ -158,7 +158,7 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
     lines += ["## The paper's claims on the testbed", ""]
     lines.append(_table(["claim", "verdict", "evidence"], [[c["claim"], f"**{c['verdict']}**", "<br>".join(c["evidence"]) or "–"] for c in results["claims"]]))
     lines += ["", "Verdicts: *holds* = paired difference in the claimed direction with a 95 % CI excluding 0; "
-              "*direction agrees, not significant* = right sign, CI includes 0; *does not hold* = wrong sign; "
+              "*direction agrees, not significant* = right sign, CI includes 0; *does not hold* = wrong sign or zero (within 1e-9); "
               "*not tested* = an arm is missing in this setting.", ""]
 
     for c in comparisons:

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..data import DataError
     from .loop import CheckpointError, TrainingStopped
+    from .rundir import RunDirError
     from .setup import ModelLoadError
 
     try:
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             from .loop import train
 
             summary = train(cfg)
-    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError) as e:
+    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError) as e:
         # Bad input found while setting up (model path, data file): a message, not a traceback.
         print(f"grpo-replay train: error: {e}", file=sys.stderr)
         return 2

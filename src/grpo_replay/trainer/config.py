@@ -19,6 +19,7 @@ from ..tasks.testbed.config import TestbedConfig
 REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
+DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
 
 
 @dataclass
@@ -65,8 +66,9 @@ class TrainConfig:
     """Stop (with a checkpoint) after this many consecutive steps with a NaN/inf loss; such steps are skipped."""
     reward_timeout: float = 10.0
     """Seconds a reward call may take before it is scored 0 and counted."""
-    out_dir: str = "runs/{preset}-seed{seed}"
-    """Run directory ({preset} and {seed} are filled in). An existing run there is resumed."""
+    out_dir: str = DEFAULT_OUT_DIR
+    """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed}).
+    An existing run there is resumed when its config matches (only steps, eval_every and a few others may change)."""
     torch_threads: int = 0
     """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
     deterministic), torch's default otherwise."""
@@ -138,7 +140,10 @@ class TrainConfig:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.out_dir.format(preset=self.preset, seed=self.seed))
+        template = self.out_dir
+        if self.backend == "trl" and template == DEFAULT_OUT_DIR:
+            template = "runs/trl-{preset}-seed{seed}"  # never the built-in run's directory
+        return Path(template.format(preset=self.preset, seed=self.seed))
 
     def completion_budget(self) -> int:
         if self.max_new_tokens:

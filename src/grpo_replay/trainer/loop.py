@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..loss import LossConfig
-from . import checkpoint
+from . import checkpoint, rundir
 from .config import TrainConfig
 from .evaluation import evaluate
 from .generation import TransformersGenerator, VLLMGenerator, token_logps
@@ -56,9 +56,11 @@ class CheckpointError(RuntimeError):
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run (or resume) the training described by cfg; returns the summary also written to summary.json."""
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    with rundir.claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
+        return _train(cfg, run_dir)
+
+
+def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)

@@ -7,6 +7,7 @@ from typing import Any
 from ..config import ReplayConfig
 from ..configio import ConfigError
 from .config import TrainConfig
+from .rundir import claim
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
@@ -15,17 +16,19 @@ def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
             "TrainConfig.backend='trl' runs the embedded testbed; for a real model use ReplayGRPOTrainer directly "
             "(see examples/trl)"
         )
+    preset = ReplayConfig.from_preset(cfg.preset).to_dict()
+    overrides = {k: v for k, v in cfg.replay.to_dict().items() if preset[k] != v}
+    with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
+        return _train(cfg, run_dir, overrides)
+
+
+def _train(cfg: TrainConfig, run_dir, overrides: dict) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from ..integrations.trl import train_testbed_with_trl
     from ..tasks.testbed import TestbedTask, warm_start
     from .evaluation import evaluate
 
-    preset = ReplayConfig.from_preset(cfg.preset).to_dict()
-    overrides = {k: v for k, v in cfg.replay.to_dict().items() if preset[k] != v}
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
     model0, tokenizer, info = warm_start(cfg.testbed, progress=cfg.progress)
     task = TestbedTask(cfg.testbed, tokenizer)
     heldout = task.heldout(cfg.eval_problems, seed=12345)

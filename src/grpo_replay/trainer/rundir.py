@@ -1,0 +1,198 @@
+"""The run directory: checked, claimed and locked before any compute.
+
+`claim(cfg)` is held for the whole run (built-in trainer and `--backend trl`):
+  - the path must be usable: not empty, not a file, not under a file, writable;
+  - the directory must be empty, new, or a grpo-replay run (it holds the marker file `.grpo-replay-run`);
+    a directory with anyone else's files is never written into;
+  - one run at a time: `.grpo-replay.lock` is locked (flock) for the run's life and names the holder's pid;
+    the kernel drops the lock when its process dies, so the lock of a killed run is taken over;
+  - resuming a run with results (a checkpoint or a summary): the requested config must equal the run's own
+    config.yaml except for `RESUMABLE_KEYS`; otherwise nothing is written and the error lists the keys that differ.
+Only then is config.yaml (re)written.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from .. import __version__, configio
+
+MARKER = ".grpo-replay-run"
+LOCK = ".grpo-replay.lock"
+
+# Keys that may change when a run is resumed: they change how long it runs, how often it evaluates, logs and
+# checkpoints, and where things are, not what one step computes. Any other difference refuses the resume.
+RESUMABLE_KEYS = (
+    "steps",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "max_bad_steps",
+    "reward_timeout",
+    "progress",
+    "out_dir",
+    "testbed.cache_dir",
+    "testbed.progress_every",
+)
+
+# What grpo-replay writes into a run directory; a directory holding only these (and a config.yaml that is a
+# TrainConfig) is a run made before the marker existed, and is adopted.
+_OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|final|[\w.-]+\.png"
+                   r"|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used (bad path, foreign files, in use, or a changed config on resume)."""
+
+
+def check_path(out_dir: str, run_dir: Path) -> None:
+    """Refuse an out_dir that cannot hold a run, without writing anything."""
+    if not out_dir.strip():
+        raise RunDirError("TrainConfig.out_dir is empty; give a directory for the run (e.g. --out runs/my-run)")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is a file, not a directory")
+    for parent in run_dir.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} lies under {str(parent)!r}, which is a file")
+            break
+
+
+def _foreign_files(run_dir: Path) -> list[str]:
+    """Entries of an existing directory that make it someone else's (empty when it is ours, new or empty)."""
+    if not run_dir.is_dir() or (run_dir / MARKER).is_file():
+        return []
+    names = sorted(p.name for p in run_dir.iterdir())
+    if not names:
+        return []
+    if "config.yaml" in names and all(_OURS.fullmatch(n) for n in names) and _is_train_config(run_dir / "config.yaml"):
+        return []
+    return names
+
+
+def _is_train_config(path: Path) -> bool:
+    from .config import resolve
+
+    try:
+        resolve(yaml_path=str(path))
+    except (configio.ConfigError, ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+def _flat(cfg) -> dict[str, Any]:
+    # Through YAML and back, so the requested config compares like with like with a saved config.yaml.
+    return configio.flatten(yaml.safe_load(cfg.to_yaml()))
+
+
+def config_diff(saved, requested) -> dict[str, tuple[Any, Any]]:
+    """key -> (run's value, requested value) for every key outside RESUMABLE_KEYS that differs."""
+    a, b = _flat(saved), _flat(requested)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in RESUMABLE_KEYS and a.get(k) != b.get(k)}
+
+
+def _check_resume(cfg, run_dir: Path) -> int:
+    """Refuse a resume that would mix two runs; returns the steps the run has done (0 for a new run)."""
+    from .checkpoint import latest
+    from .config import resolve
+
+    path = run_dir / "config.yaml"
+    ckpt = latest(run_dir)
+    if not path.is_file() or not (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()):
+        # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
+        return 0
+    try:
+        saved = resolve(yaml_path=str(path))
+    except (configio.ConfigError, ValueError, TypeError, RecursionError) as e:
+        raise RunDirError(f"{run_dir} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
+    diff = config_diff(saved, cfg)
+    if diff:
+        lines = "\n".join(f"  {k}: {old!r} (run) -> {new!r} (requested)" for k, (old, new) in diff.items())
+        raise RunDirError(
+            f"{run_dir} holds a run made with a different config; resuming it would mix two runs. Keys that differ:\n"
+            f"{lines}\nOnly these keys may change on resume: {', '.join(RESUMABLE_KEYS)}. "
+            f"To run the new config, give a new directory: --out NEWDIR"
+        )
+    done = int(ckpt.name.split("-")[1]) if ckpt is not None else 0
+    if cfg.steps < done:
+        raise RunDirError(
+            f"TrainConfig.steps={cfg.steps} is below the {done} steps the run in {run_dir} has already done; "
+            f"allowed: steps >= {done} (or --out NEWDIR for a new run)"
+        )
+    return done
+
+
+def _holder(lock: Path) -> str:
+    # The holder writes its pid right after taking the lock: wait briefly for it.
+    for _ in range(20):
+        try:
+            pid = json.loads(lock.read_text()).get("pid")
+            if pid:
+                return f"pid {pid}"
+        except (OSError, ValueError, AttributeError):
+            pass
+        time.sleep(0.05)
+    return "pid unknown"
+
+
+@contextlib.contextmanager
+def claim(cfg) -> Iterator[Path]:
+    """Check, lock and prepare cfg.run_dir (see the module docstring); yields it, unlocks on exit."""
+    import fcntl
+
+    run_dir = cfg.run_dir
+    check_path(cfg.out_dir, run_dir)
+    foreign = _foreign_files(run_dir)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise RunDirError(
+            f"TrainConfig.out_dir={str(run_dir)!r} holds files grpo-replay did not make ({shown}); "
+            f"give an empty or new directory"
+        )
+    _check_resume(cfg, run_dir)  # before writing anything, even the lock's pid; again under the lock below
+    created = not run_dir.exists()
+    lock = run_dir / LOCK
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is not writable: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(
+                f"{run_dir} is in use by another grpo-replay run ({_holder(lock)}); "
+                f"wait for it to end or give another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode())
+        try:
+            done = _check_resume(cfg, run_dir)  # under the lock: no other run can change config.yaml meanwhile
+        except RunDirError:
+            if created:
+                os.unlink(lock)
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+            raise
+        (run_dir / MARKER).write_text(json.dumps({"made_by": "grpo-replay", "version": __version__}) + "\n")
+        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        if cfg.backend == "builtin" and done >= cfg.steps:
+            print(
+                f"grpo-replay: {run_dir} has already done its {done} steps; nothing to train. To continue it, raise "
+                f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
+                f"{run_dir / 'config.yaml'} --out NEWDIR",
+                file=sys.stderr,
+                flush=True,
+            )
+        yield run_dir
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

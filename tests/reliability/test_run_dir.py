@@ -1,0 +1,204 @@
+"""The run directory: float keys in any notation, resume only with the run's own config, one run at a time
+(lock), no writing into unusable or foreign directories, a separate default directory for --backend trl, and
+re-running a saved config into a new directory."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import read_jsonl, without_times
+
+from grpo_replay.cli import main
+from grpo_replay.trainer import command, rundir
+from grpo_replay.trainer.config import TrainConfig
+
+
+def _snapshot(d: Path) -> dict:
+    """Every file under d with its bytes: a refused command must leave it exactly as it was."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _copy_run(reference_run, tmp_path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(reference_run, out)
+    return out
+
+
+def _cli_config(*argv: str) -> TrainConfig:
+    p = argparse.ArgumentParser()
+    command.add_arguments(p)
+    return command.config_from_args(p.parse_args(list(argv)))
+
+
+# --- config parsing: every ordinary number ------------------------------------------------------------------
+@pytest.mark.parametrize("text, value", [("1e-6", 1e-6), ("1E-6", 1e-6), ("2.5e-4", 2.5e-4), (".5", 0.5), ("1000", 1000.0)])
+def test_float_keys_take_exponent_notation_on_the_command_line(text, value):
+    cfg = _cli_config("--set", f"lr={text}", "--set", f"replay.replay_ratio={text}", "--set", f"loss.eps_high={text}")
+    assert (cfg.lr, cfg.replay.replay_ratio, cfg.loss.eps_high) == (value, value, value)
+    assert _cli_config("--set", "replay.replay_ratio=1e6").replay.replay_ratio == 1e6
+
+
+def test_float_keys_take_exponent_notation_in_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-6\nreplay:\n  replay_ratio: 1e6\n  eps: 1E-8\nloss:\n  eps_high: .3\n")
+    cfg = _cli_config("--config", str(path))
+    assert (cfg.lr, cfg.replay.replay_ratio, cfg.replay.eps, cfg.loss.eps_high) == (1e-6, 1e6, 1e-8, 0.3)
+    # the resolved config.yaml reads back the same
+    again = tmp_path / "again.yaml"
+    again.write_text(cfg.to_yaml())
+    assert _cli_config("--config", str(again)) == cfg
+
+
+@pytest.mark.parametrize("text", ["1e", "e5", "1.2.3", "1e-6x", "inf"])
+def test_float_keys_reject_text_that_is_not_a_number(text):
+    with pytest.raises(command.configio.ConfigError, match=f"lr='{text}' has the wrong type; expected float"):
+        _cli_config("--set", f"lr={text}")
+
+
+def test_nonfinite_lr_is_rejected_naming_the_key(tmp_path, capsys):
+    for text, shown in ((".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf")):
+        assert main(["train", "--set", f"lr={text}", "--out", str(tmp_path / "run")]) == 2
+        assert f"TrainConfig.lr={shown} is invalid; allowed: a finite number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+# --- resume with a changed config ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "extra, key",
+    [({"group_size": 8}, "group_size"), ({"lr": 1e-3}, "lr"), ({"replay.tau_max": 3}, "replay.tau_max"),
+     ({"preset": "grpo"}, "preset"), ({"backend": "trl"}, "backend")],
+)
+def test_resume_with_a_changed_config_is_refused_and_changes_nothing(reference_run, train_args, tmp_path, capsys, extra, key):
+    out = _copy_run(reference_run, tmp_path)
+    before = _snapshot(out)
+    assert main(train_args(out, **extra)) == 2
+    err = capsys.readouterr().err
+    assert "holds a run made with a different config" in err and f"  {key}: " in err and "(requested)" in err, err
+    assert "--out NEWDIR" in err and "Traceback" not in err
+    assert _snapshot(out) == before  # config.yaml, logs and checkpoints untouched
+
+
+def test_resume_may_change_the_documented_keys(reference_run, train_args, tmp_path, capsys):
+    out = _copy_run(reference_run, tmp_path)
+    metrics = (out / "metrics.jsonl").read_bytes()
+    assert main(train_args(out, eval_every=2, checkpoint_every=3, keep_checkpoints=5)) == 0
+    assert "has already done its 6 steps; nothing to train" in capsys.readouterr().err
+    assert "eval_every: 2" in (out / "config.yaml").read_text()  # the run's config is the one it now runs with
+    assert (out / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_resume_with_fewer_steps_than_done_is_refused(reference_run, train_args, tmp_path, capsys):
+    out = _copy_run(reference_run, tmp_path)
+    before = _snapshot(out)
+    assert main(train_args(out, steps=4)) == 2
+    assert "TrainConfig.steps=4 is below the 6 steps the run" in capsys.readouterr().err
+    assert _snapshot(out) == before
+
+
+# --- one run per directory -----------------------------------------------------------------------------------
+def test_two_trainings_into_one_directory_at_once_exactly_one_runs(reference_run, train_args, run_cli, tmp_path):
+    out = tmp_path / "run"
+    args = train_args(out, steps=3)
+    procs = [run_cli(args, tmp_path / f"{i}.log") for i in range(2)]
+    codes = [p.wait(timeout=300) for p in procs]
+    logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
+    assert sorted(codes) == [0, 2], logs
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    assert f"is in use by another grpo-replay run (pid {procs[winner].pid})" in logs[loser], logs[loser]
+    assert "Traceback" not in logs[loser]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]  # one run's steps, in order
+    assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3]
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(reference_run, train_args, tmp_path):
+    out = _copy_run(reference_run, tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / rundir.LOCK).write_text(json.dumps({"pid": dead.pid, "since": time.time()}))
+    assert main(train_args(out)) == 0
+    assert json.loads((out / rundir.LOCK).read_text())["pid"] == os.getpid()
+
+
+# --- unusable or foreign directories ------------------------------------------------------------------------
+def test_empty_out_is_refused_and_the_current_directory_untouched(train_args, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("mine: true\n")
+    (tmp_path / "summary.json").write_text("{}")
+    before = _snapshot(tmp_path)
+    assert main(train_args("")) == 2
+    assert "TrainConfig.out_dir is empty" in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "summary.json"]
+
+
+def test_out_dir_that_is_a_file_or_under_a_file(train_args, tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(train_args(f)) == 2
+    assert f"TrainConfig.out_dir='{f}' is a file, not a directory" in capsys.readouterr().err
+    assert main(train_args(f / "run")) == 2
+    err = capsys.readouterr().err
+    assert f"lies under '{f}', which is a file" in err and "Traceback" not in err
+    assert f.read_text() == "x"
+
+
+def test_out_dir_that_is_not_writable(train_args, tmp_path, capsys):
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        target = ro / "run"
+    else:  # root may write anywhere a mode allows: /sys refuses even root
+        target = Path("/sys/grpo-replay-test-run")
+        if not Path("/sys").is_dir():
+            pytest.skip("no read-only directory to try as root")
+    assert main(train_args(target)) == 2
+    err = capsys.readouterr().err
+    assert f"TrainConfig.out_dir='{target}' is not writable" in err and "Traceback" not in err
+    assert not target.exists()
+
+
+def test_a_directory_with_files_grpo_replay_did_not_make_is_refused(train_args, tmp_path, capsys):
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    (out / "config.yaml").write_text("not: ours\n")
+    before = _snapshot(out)
+    assert main(train_args(out)) == 2
+    assert "holds files grpo-replay did not make (config.yaml, notes.txt)" in capsys.readouterr().err
+    assert _snapshot(out) == before and sorted(p.name for p in out.iterdir()) == ["config.yaml", "notes.txt"]
+
+
+def test_a_run_made_before_the_marker_is_adopted(reference_run, train_args, tmp_path):
+    out = _copy_run(reference_run, tmp_path)
+    (out / rundir.MARKER).unlink()
+    (out / rundir.LOCK).unlink()
+    assert main(train_args(out)) == 0
+    assert (out / rundir.MARKER).is_file()
+
+
+# --- backends -----------------------------------------------------------------------------------------------
+def test_trl_backend_has_its_own_default_run_directory():
+    assert TrainConfig().run_dir == Path("runs/paper-seed0")
+    assert TrainConfig(backend="trl").run_dir == Path("runs/trl-paper-seed0")
+    assert TrainConfig(backend="trl", preset="grpo", seed=3).run_dir == Path("runs/trl-grpo-seed3")
+    assert TrainConfig(backend="trl", out_dir="x/{seed}").run_dir == Path("x/0")  # an explicit out_dir is kept
+
+
+# --- re-running a saved config ------------------------------------------------------------------------------
+def test_rerunning_a_saved_config_into_a_new_directory(reference_run, tmp_path, capsys):
+    out = _copy_run(reference_run, tmp_path)
+    saved = out / "config.yaml"
+    metrics = (out / "metrics.jsonl").read_bytes()
+    # Into its own directory: the finished run is resumed, nothing trained, and the message says how to re-run.
+    assert main(["train", "--config", str(saved), "--out", str(out), "--no-progress"]) == 0
+    assert f"--config {saved} --out NEWDIR" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_bytes() == metrics
+    new = tmp_path / "rerun"
+    assert main(["train", "--config", str(saved), "--out", str(new), "--no-progress"]) == 0
+    assert without_times(read_jsonl(new / "metrics.jsonl")) == without_times(read_jsonl(reference_run / "metrics.jsonl"))
+    assert read_jsonl(new / "evals.jsonl") == read_jsonl(reference_run / "evals.jsonl")
