@@ -217,7 +217,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
         # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
         queued = torch.nonzero(nonzero_var & has_tokens).flatten()
-        entry = {"batch": fresh.select(queued), "step": step, "aligned": aligned, "history": None,
+        entry = {"batch": fresh.select(queued), "rows": queued, "step": step, "aligned": aligned, "history": None,
                  "missing": torch.full((len(queued),), aligned, dtype=torch.bool)}
         row_id = torch.full((n,), -1, dtype=torch.long)
         row_id[queued] = torch.arange(len(queued))
