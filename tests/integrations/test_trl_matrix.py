@@ -52,6 +52,15 @@ def _recording_trainer_cls():
             self.extra_passes = 0
             self.queued_checked = 0
             self._in_reference = False
+            buf, sample = self.replay_buffer, self.replay_buffer.sample
+
+            def checked_sample(n_rows, step):  # at every real draw, nothing in the buffer is born at that step
+                births = buf.storage.col("birth_step")[buf.storage.valid_slots()]
+                if n_rows and step >= buf.config.warmup_steps:
+                    assert (births < step).all(), f"the buffer holds rows born at step {step} when it draws"
+                return sample(n_rows, step)
+
+            buf.sample = checked_sample
 
         def _get_per_token_logps_and_entropies(self, *a, **kw):
             if not kw.get("compute_entropy") and not self._in_reference:
