@@ -266,6 +266,11 @@ def test_merge_fills_optional_keys(tmp_path):
     out["importance_sampling_ratio"] = torch.full((B, 1), 0.5)
     merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
     assert merged["importance_sampling_ratio"].tolist() == [[0.5], [0.5], [1.0]]
+    trainer.pad_to_multiple_of = 4  # TRL pads the fresh rows to multiples; the merged widths (4, 5) must follow
+    merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
+    assert merged["prompt_ids"].shape == (3, 4) and merged["completion_ids"].shape == (3, 8)
+    assert merged["prompt_mask"][2].tolist() == [1, 1, 1, 1] and merged["completion_mask"][2].tolist() == [1] * 4 + [0] * 4
+    assert merged["tool_mask"].shape == (3, 8) and merged["tool_mask"][:, 5:].eq(1).all()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -294,6 +299,8 @@ def _worker(out_dir: str) -> None:
         "buffer": len(trainer.replay_buffer),
         "share": _logged(trainer, "replay/share"),
         "loss": _logged(trainer, "loss"),
+        "fresh_abs_adv": _logged(trainer, "fresh/abs_adv"),
+        "replay_abs_adv": _logged(trainer, "replay/abs_adv"),
     }
     Path(out_dir, f"rank{state.process_index}.json").write_text(json.dumps(rec))
 
@@ -326,6 +333,12 @@ def test_two_processes_accelerate_gloo(tmp_path):
     assert r0["share"] == r1["share"] == [0.0, 0.0, pytest.approx(1 / 3)]
     assert r0["loss"] == r1["loss"]
     assert r0["buffer"] == 12 and r1["buffer"] == 8
+    # |A| means are over both processes' rows, like every other replay/* metric.
+    for s in range(3):
+        rows = [abs(a) for r in (r0, r1) for a in r["history"][s]["fresh_advantages"]]
+        assert r0["fresh_abs_adv"][s] == r1["fresh_abs_adv"][s] == pytest.approx(sum(rows) / len(rows))
+    rep = [abs(a) for r in (r0, r1) for a in r["history"][2]["replay_advantages"]]
+    assert r0["replay_abs_adv"] == r1["replay_abs_adv"] == [pytest.approx(sum(rep) / len(rep))]
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

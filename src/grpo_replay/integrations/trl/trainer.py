@@ -3,18 +3,24 @@
 Hook points (all narrow; no TRL method body is copied):
 - `_calculate_rewards`: super(), then keep the rewards TRL gathered over all processes (for the zero-variance
   decision, which must see whole groups even when a group straddles processes).
-- `_generate_and_score_completions`: super(), then post-process TRL's dict: behaviour log-probs for every fresh row
-  (one no-grad forward when TRL did not compute `old_per_token_logps`), compose fresh + replay rows with the core
-  `compose_batch`, insert this step's fresh non-zero-variance rows into the buffer (birth step = optimizer step),
-  equalise row counts across processes, fill every optional key for the replay rows, recompute
-  `num_items_in_batch` over all processes.
-- `_compute_loss`: super(), plus fresh-vs-replay clip fractions from the log-probs TRL computed in that call.
+- `_generate_and_score_completions`: super(), then post-process TRL's dict: compose fresh + replay rows with the
+  core `compose_batch`, queue this step's fresh non-zero-variance rows with a completion token for the buffer
+  (birth step = optimizer step), equalise row counts across processes, fill every optional key for the replay
+  rows, recompute `num_items_in_batch` over all processes.
+- `_get_per_token_logps_and_entropies` / `_compute_loss`: when TRL computed no `old_per_token_logps` (generation
+  aligned with the optimizer step), the fresh rows' behaviour log-probs are the detached log-probs of the update's
+  own forward (the policy does not move inside one accumulation window), so replay adds no forward pass; replay
+  rows keep their stored log-probs. Also fresh-vs-replay clip fractions.
+- `training_step`: at the end of each accumulation window the queued rows enter the buffer. Several generations
+  can share one optimizer step (steps_per_generation < gradient_accumulation_steps); inserting only at the
+  window's end means no step ever replays rows born at that step.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: the buffer (one file per process) lives in TRL checkpoints.
 
-Design choices (documented in the README section):
+Design choices (documented in examples/trl/README.md):
 - TRL's fresh rows are kept as TRL produced them, zero-variance groups included (their A = 0, so they add nothing
-  to the gradient but the token normaliser, exactly as in plain GRPOTrainer); zero-variance rows are never inserted
-  into the buffer. Dropping them would make per-process row counts unequal.
+  to the gradient but the token normaliser, exactly as in plain GRPOTrainer); zero-variance rows and rows without
+  a completion token (`mask_truncated_completions`) are never inserted into the buffer. Dropping them from the
+  update would make per-process row counts unequal.
 - Each process keeps its own buffer (its own rows; seed + process index). All processes agree on the number of
   replay rows by gathering the composed row counts and trimming trailing replay rows to the minimum, rounded down
   to a multiple of `steps_per_generation` (fresh rows are never trimmed; replay rows are in draw order, so the
@@ -39,7 +45,6 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
-from ...metrics import split_metrics
 from ...rollout import RolloutBatch
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
@@ -55,6 +60,9 @@ COMPLETION_KEYS = (
 )
 ROW_KEYS = ("advantages",)
 REPLAY_FLAG_KEY = "replay_is_replay"  # (B,) bool, travels with the rows through TRL's shuffle/split
+# (B,) long: a fresh row's index in its generation's queued rows (-1: not queued, or a replay row). Set only when
+# the behaviour log-probs are taken from the update's forward.
+ROW_ID_KEY = "replay_row_id"
 BUFFER_FILE = "replay_buffer_rank{rank}"  # + .npz / .json, one per process, inside checkpoint-<step>/
 
 
@@ -74,7 +82,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # One record per generation (train mode): what was composed. For diagnostics and tests; bounded.
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
         self._replay_rewards_per_func: Optional[torch.Tensor] = None
-        self._replay_capture: Optional[list] = None
+        self._replay_capture: Optional[dict[str, Any]] = None  # set inside _compute_loss
+        # Fresh rows waiting for the end of their accumulation window to enter the buffer, one entry per generation.
+        self._replay_pending: list[dict[str, Any]] = []
         if self.replay_config.enabled and getattr(self.args, "use_liger_kernel", False):
             warnings.warn("ReplayGRPOTrainer: fresh/replay clip fractions are not logged with the Liger loss.")
 
@@ -96,8 +106,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if self._replay_capture is not None and kwargs.get("compute_entropy"):
-            self._replay_capture.append(result[0].detach())
+        ctx = self._replay_capture
+        if ctx is not None and kwargs.get("compute_entropy") and ctx["logps"] is None:  # the loss's own forward
+            logps = result[0].detach()
+            ctx["logps"] = logps
+            if ctx["row_id"] is not None:
+                self._replay_take_behaviour_logps(ctx, logps)
         return result
 
     def _compute_loss(self, model, inputs):
@@ -105,18 +119,46 @@ class ReplayGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         inputs = dict(inputs)  # TRL reuses the buffered chunk when num_iterations > 1: do not mutate it
         is_replay = inputs.pop(REPLAY_FLAG_KEY)
-        self._replay_capture = []
+        row_id = inputs.pop(ROW_ID_KEY, None)
+        self._replay_capture = {"inputs": inputs, "is_replay": is_replay, "row_id": row_id, "logps": None}
         try:
             loss = super()._compute_loss(model, inputs)
-            captured = self._replay_capture
+            captured = self._replay_capture["logps"]
         finally:
             self._replay_capture = None
-        if captured:
-            self._replay_log_clip(inputs, captured[0], is_replay)
+        if captured is not None:
+            self._replay_log_clip(inputs, captured, is_replay)
         return loss
+
+    def _replay_take_behaviour_logps(self, ctx: dict[str, Any], logps: torch.Tensor) -> None:
+        """Aligned generation: the detached log-probs of this forward are the fresh rows' behaviour log-probs.
+        They become the fresh rows' `old_per_token_logps` (TRL's own choice when it skips the pass) and are
+        copied into the queued rows; replay rows keep their stored log-probs."""
+        inputs, is_replay = ctx["inputs"], ctx["is_replay"]
+        if "old_per_token_logps" in inputs:  # TRL reads it after this forward returns
+            inputs["old_per_token_logps"] = torch.where(is_replay[:, None], inputs["old_per_token_logps"], logps)
+        entry = self._replay_pending[-1] if self._replay_pending else None
+        row_id = ctx["row_id"]
+        take = row_id >= 0
+        if not bool(take.any()):
+            return
+        if entry is None or not entry["aligned"]:
+            raise RuntimeError("ReplayGRPOTrainer: a batch carries queued-row ids but no generation is waiting for them")
+        ids = row_id[take].cpu()
+        stored = entry["batch"].behaviour_logps
+        stored[ids] = logps[take][:, : stored.shape[1]].float().cpu()
+        entry["missing"][ids] = False
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        out = super().training_step(model, inputs, num_items_in_batch)
+        # TRL counts micro-steps in self._step; a multiple of the accumulation steps ends an optimizer step.
+        if self.replay_config.enabled and self._step % self.current_gradient_accumulation_steps == 0:
+            self._replay_flush(log=True)
+        return out
 
     # --- checkpointing --------------------------------------------------------------------------------
     def _save_checkpoint(self, model, trial):
+        self._replay_flush(log=False)  # normally a no-op: the window that just ended has flushed
         super()._save_checkpoint(model, trial)
         if not self.replay_config.enabled:
             return
@@ -136,6 +178,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             )
             return
         self.replay_buffer = ReplayBuffer.load(path, config=self.replay_config)
+        self._replay_pending = []
 
     # --- the replay step --------------------------------------------------------------------------------
     def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
@@ -151,11 +194,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
         step = int(self.state.global_step)
         spg = int(self.args.steps_per_generation)
         n = int(out["advantages"].shape[0])
+        self._replay_flush(log=False, before_step=step)  # normally a no-op: each window flushes at its end
+        # TRL skips old_per_token_logps when generation is aligned with the optimizer step: the update's own
+        # forward then provides the fresh rows' behaviour log-probs (see _replay_take_behaviour_logps).
+        aligned = "old_per_token_logps" not in out
 
-        if "old_per_token_logps" not in out:  # TRL skips it when generation is aligned with the optimizer step
-            out["old_per_token_logps"] = self._replay_behaviour_logps(out)
-
-        fresh, insertable = self._replay_fresh_batch(out, rewards_per_func, step)
+        fresh, nonzero_var, has_tokens = self._replay_fresh_batch(out, rewards_per_func, step)
         # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
         composed, kept = compose_batch(fresh, self.replay_buffer, step, return_fresh_index=True)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
@@ -170,18 +214,64 @@ class ReplayGRPOTrainer(GRPOTrainer):
         replay = replay.select(torch.arange(n_replay))
         composed = RolloutBatch.concat([fresh.select(kept), replay]) if n_replay else fresh.select(kept)
 
-        # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw.
-        inserted = self.replay_buffer.add(fresh.select(torch.nonzero(insertable).flatten()), step)
+        # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
+        # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
+        queued = torch.nonzero(nonzero_var & has_tokens).flatten()
+        entry = {"batch": fresh.select(queued), "rows": queued, "step": step, "aligned": aligned, "history": None,
+                 "missing": torch.full((len(queued),), aligned, dtype=torch.bool)}
+        row_id = torch.full((n,), -1, dtype=torch.long)
+        row_id[queued] = torch.arange(len(queued))
+        if aligned:
+            left_out = torch.ones(n, dtype=torch.bool)
+            left_out[kept] = False
+            left_out &= row_id >= 0
+            if bool(left_out.any()):  # displaced by pool composition: not in the update, so a pass of their own
+                rows = torch.nonzero(left_out).flatten()
+                sub = {k: out[k][rows.to(device)] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
+                entry["batch"].behaviour_logps[row_id[rows]] = self._replay_behaviour_logps(sub).float().cpu()
+                entry["missing"][row_id[rows]] = False
+            if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
+                out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
+        self._replay_pending.append(entry)
 
         if n_replay or len(kept) != n:
             out = self._replay_merge(out, kept, replay)
         out[REPLAY_FLAG_KEY] = torch.cat(
             [torch.zeros(len(kept), dtype=torch.bool), torch.ones(n_replay, dtype=torch.bool)]
         ).to(device)
+        if aligned:
+            out[ROW_ID_KEY] = torch.cat([row_id[kept], torch.full((n_replay,), -1, dtype=torch.long)]).to(device)
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        self._replay_log_step(composed, step, inserted, n, int(insertable.sum()))
+        entry["history"] = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()))
         return out
+
+    def _replay_flush(self, log: bool, before_step: Optional[int] = None) -> None:
+        """Insert the queued fresh rows (those born before `before_step`, default all) into the buffer. With
+        `log`, every process must call it at the same point: the logged counts are gathered."""
+        keep, flushed, inserted = [], [], 0
+        for entry in self._replay_pending:
+            if before_step is not None and entry["step"] >= before_step:
+                keep.append(entry)
+                continue
+            if bool(entry["missing"].any()):
+                raise RuntimeError(
+                    f"ReplayGRPOTrainer: {int(entry['missing'].sum())} queued rows of step {entry['step']} never went "
+                    "through the update, so they have no behaviour log-probs"
+                )
+            entry["inserted"] = self.replay_buffer.add(entry["batch"], entry["step"])
+            inserted += entry["inserted"]
+            flushed.append(entry)
+        self._replay_pending = keep
+        for entry in flushed:
+            if entry["history"] is not None:
+                entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
+        if log:
+            local = torch.tensor([inserted, len(self.replay_buffer)], device=self.accelerator.device, dtype=torch.float64)
+            tot = self.accelerator.reduce(local, reduction="sum")
+            metrics = self._metrics["train"]
+            metrics["replay/inserted"].append(float(tot[0]))
+            metrics["replay/buffer_size"].append(float(tot[1]))
 
     def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -194,9 +284,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def _replay_fresh_batch(
         self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
-    ) -> tuple[RolloutBatch, torch.Tensor]:
-        """This process's rows as a RolloutBatch, and which of them may enter the buffer (non-zero-variance group,
-        scorable). Zero variance is decided on the weighted reward sum gathered over all processes."""
+    ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+        """This process's rows as a RolloutBatch (behaviour log-probs zero when TRL computed none), which rows are
+        in a non-zero-variance group and scorable (decided on the weighted reward sum gathered over all
+        processes), and which have at least one loss token."""
         n = int(out["advantages"].shape[0])
         G = int(self.num_generations)
         rpf = rewards_per_func.float().cpu()
@@ -221,7 +312,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
             prompt_mask=out["prompt_mask"].detach().cpu().long(),
             completion_ids=out["completion_ids"].detach().cpu(),
             completion_mask=completion_mask.detach().cpu().long(),
-            behaviour_logps=out["old_per_token_logps"].detach().float().cpu(),
+            behaviour_logps=(
+                out["old_per_token_logps"].detach().float().cpu() if "old_per_token_logps" in out
+                else torch.zeros(completion_mask.shape)
+            ),
             advantages=out["advantages"].detach().float().cpu(),
             rewards=filled[local].nan_to_num(0.0),
             group_ids=groups[local],
@@ -230,7 +324,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             is_replay=torch.zeros(n, dtype=torch.bool),
             ref_logps=None if ref is None else ref.detach().float().cpu(),
         )
-        return fresh, ok[local]
+        return fresh, ok[local], completion_mask.detach().cpu().sum(1) > 0
 
     def _replay_merge(self, out: dict[str, Any], kept: torch.Tensor, replay: RolloutBatch) -> dict[str, Any]:
         """Kept fresh rows of TRL's dict + the replay rows converted to TRL's keys, re-padded to shared widths."""
@@ -271,11 +365,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 merged[key] = value
                 continue
             other = rows[key].to(dtype=value.dtype)
+            multiple = self.pad_to_multiple_of
             if key in PROMPT_KEYS:
-                merged[key] = _cat_padded([value, other], left=True, value=pad_id if key == "prompt_ids" else 0)
+                fill = pad_id if key == "prompt_ids" else 0
+                merged[key] = _cat_padded([value, other], left=True, value=fill, multiple=multiple)
             elif key in COMPLETION_KEYS and not (key == "importance_sampling_ratio" and self._replay_sequence_is()):
                 fill = {"completion_ids": pad_id, "tool_mask": 1, "importance_sampling_ratio": 1.0}.get(key, 0)
-                merged[key] = _cat_padded([value, other], left=False, value=fill)
+                merged[key] = _cat_padded([value, other], left=False, value=fill, multiple=multiple)
             else:
                 merged[key] = torch.cat([value, other])
         return merged
@@ -284,14 +380,19 @@ class ReplayGRPOTrainer(GRPOTrainer):
         return self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
 
     # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
-    def _replay_log_step(self, composed: RolloutBatch, step: int, inserted: int, n_fresh: int, n_ok: int) -> None:
+    def _replay_log_step(
+        self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int
+    ) -> dict[str, Any]:
+        """Log one generation's composition (summed over processes); returns its `replay_history` record, whose
+        `inserted` and `buffer_size` are final once the step's rows enter the buffer (`_replay_flush`)."""
         device = self.accelerator.device
-        m = split_metrics(composed, step)
-        n_rep = int(m["replay/count"])
-        ages = composed.age(step)[composed.is_replay].float()
+        rep = composed.is_replay
+        n_rep = int(rep.sum())
+        ages = composed.age(step)[rep].float()
+        abs_adv = composed.advantages.abs().float()
         local = torch.tensor(
-            [len(composed), n_rep, float(ages.sum()), float(ages.max()) if n_rep else 0.0, len(self.replay_buffer),
-             inserted, n_fresh - n_ok, n_fresh, float(self.replay_buffer.total_evicted_age)],
+            [len(composed), n_rep, float(ages.sum()), float(ages.max()) if n_rep else 0.0, n_fresh - n_ok, n_fresh,
+             float(self.replay_buffer.total_evicted_age), float(abs_adv[~rep].sum()), float(abs_adv[rep].sum())],
             device=device, dtype=torch.float64,
         )
         g = self.accelerator.gather(local[None]).view(-1, local.numel())
@@ -299,34 +400,33 @@ class ReplayGRPOTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         metrics["replay/share"].append(float(tot[1] / tot[0].clamp(min=1)))
         metrics["replay/rows"].append(float(tot[1]))
-        metrics["replay/buffer_size"].append(float(tot[4]))
-        metrics["replay/inserted"].append(float(tot[5]))
-        metrics["replay/frac_zero_variance"].append(float(tot[6] / tot[7].clamp(min=1)))
-        metrics["replay/evicted_age_total"].append(float(tot[8]))
+        metrics["replay/frac_zero_variance"].append(float(tot[4] / tot[5].clamp(min=1)))
+        metrics["replay/evicted_age_total"].append(float(tot[6]))
+        if tot[0] > tot[1]:
+            metrics["fresh/abs_adv"].append(float(tot[7] / (tot[0] - tot[1])))
         if tot[1] > 0:
             metrics["replay/age_mean"].append(float(tot[2] / tot[1]))
             metrics["replay/age_max"].append(float(g[:, 3].max()))
-        metrics["fresh/abs_adv"].append(m["fresh/abs_adv"])
-        if n_rep:
-            metrics["replay/abs_adv"].append(m["replay/abs_adv"])
-        self.replay_history.append(
-            {
-                "step": step,
-                "fresh_rows": len(composed) - n_rep,
-                "replay_rows": n_rep,
-                "buffer_size": len(self.replay_buffer),
-                "inserted": inserted,
-                "replay_birth_steps": composed.birth_step[composed.is_replay].tolist(),
-                "replay_advantages": composed.advantages[composed.is_replay].tolist(),
-                "replay_completion_ids": composed.completion_ids[composed.is_replay].tolist(),
-            }
-        )
+            metrics["replay/abs_adv"].append(float(tot[8] / tot[1]))
+        record = {
+            "step": step,
+            "fresh_rows": len(composed) - n_rep,
+            "replay_rows": n_rep,
+            "buffer_size": None,
+            "inserted": queued,
+            "replay_birth_steps": composed.birth_step[rep].tolist(),
+            "replay_advantages": composed.advantages[rep].tolist(),
+            "replay_completion_ids": composed.completion_ids[rep].tolist(),
+            "fresh_advantages": composed.advantages[~rep].tolist(),
+        }
+        self.replay_history.append(record)
+        return record
 
     def _replay_log_clip(self, inputs: dict[str, Any], logps: torch.Tensor, is_replay: torch.Tensor) -> None:
         """PPO-clip statistics split by fresh vs replay rows, from the log-probs TRL's loss just computed."""
         mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
         mask = mask.float()
-        log_ratio = logps - inputs["old_per_token_logps"]
+        log_ratio = logps - inputs.get("old_per_token_logps", logps)
         if self.importance_sampling_level == "sequence":
             log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1).expand_as(mask)
         ratio = torch.exp(log_ratio)
@@ -352,8 +452,10 @@ def _is_row_value(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() >= 1
 
 
-def _cat_padded(tensors: list[torch.Tensor], left: bool, value: float) -> torch.Tensor:
+def _cat_padded(tensors: list[torch.Tensor], left: bool, value: float, multiple: Optional[int] = None) -> torch.Tensor:
     width = max(t.shape[1] for t in tensors)
+    if multiple:  # TRL's pad_to_multiple_of, which its own padding of the fresh rows honours
+        width = -(-width // multiple) * multiple
     padded = []
     for t in tensors:
         extra = width - t.shape[1]
