@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import tracking
+from ..console import quiet_third_party
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..loss import LossConfig
 from . import checkpoint
@@ -52,6 +53,7 @@ class CheckpointError(RuntimeError):
     """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
 
 
+@quiet_third_party  # one progress bar (ours); third-party bars off, each warning once, printed above the bar
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run (or resume) the training described by cfg; returns the summary also written to summary.json."""
     run_dir = cfg.run_dir
