@@ -146,3 +146,21 @@ def test_flat_scalars_names():
     row = {"step": 3, "reward": 0.5, "loss": None, "skipped_nonfinite": False, "pass@k": {"1": 0.25},
            "counts": [1, 2], "buffer/age_hist": [3, 1], "bad": math.nan}
     assert tracking.flat_scalars(row) == {"step": 3.0, "reward": 0.5, "skipped_nonfinite": 0.0, "pass@k/1": 0.25}
+
+
+def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatch):
+    """--backend trl: report_to goes to TRL's own option (a full TRL run is covered in tests/trainer)."""
+    pytest.importorskip("trl")
+    import grpo_replay.integrations.trl as trl_integration
+
+    seen = {}
+
+    def stop(*a, **kw):
+        seen.update(kw["trl_overrides"])
+        raise KeyboardInterrupt  # not caught by the CLI: ends the run here
+
+    monkeypatch.setattr(trl_integration, "train_testbed_with_trl", stop)
+    ov = {**tiny_overrides, "backend": "trl", "steps": 2}
+    with pytest.raises(KeyboardInterrupt):
+        main(_argv(ov, tmp_path / "trl", "--report-to", "tensorboard", "wandb"))
+    assert seen["report_to"] == ["tensorboard", "wandb"]
