@@ -1,4 +1,4 @@
-"""`grpo-replay` command line: train | eval | compare."""
+"""`grpo-replay` command line: train | eval | compare | plot."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,7 @@ COMMANDS = {
     "train": ("grpo_replay.trainer.command", "Train with GRPO + replay (default: the embedded testbed, paper preset)."),
     "eval": ("grpo_replay.eval.command", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
     "compare": ("grpo_replay.experiments.command", "Run the paper's comparisons and ablations over seeds."),
+    "plot": ("grpo_replay.experiments.plot_runs", "Plot run directories on shared axes with a table of final metrics."),
 }
 
 

@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Extra TrainConfig override for every run (see `grpo-replay train --list-keys`).")
+    p.add_argument("--report-to", "--report_to", nargs="+", default=None, metavar="TRACKER",
+                   help="Experiment trackers for every run: none | tensorboard | wandb (several allowed).")
     p.add_argument("--cache-dir", default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
@@ -45,6 +47,8 @@ def command_line(args: argparse.Namespace) -> str:
             parts += [flag, str(v)]
     for item in args.set:
         parts += ["--set", item]
+    if getattr(args, "report_to", None):
+        parts += ["--report-to", *args.report_to]
     for flag, name in (("--report-only", "report_only"), ("--no-progress", "no_progress")):
         if getattr(args, name):
             parts.append(flag)
@@ -83,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 raise configio.ConfigError(f"--set {item!r}: expected KEY=VALUE")
             k, v = item.split("=", 1)
             extra[k.strip()] = configio.parse_value(v)
+        if getattr(args, "report_to", None):
+            extra["report_to"] = args.report_to
         base_overrides = {**setting.overrides, **extra}
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))

@@ -25,7 +25,7 @@ from .. import configio
 from .arms import Arm, seed_overrides
 
 # Keys that do not change what a run computes (excluded from the run-directory hash).
-_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every")
+_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to")
 
 
 @dataclass

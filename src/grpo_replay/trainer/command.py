@@ -18,6 +18,7 @@ SHORT_FLAGS = {
     "reward": dict(choices=("testbed", "math")),
     "out_dir": dict(),
     "device": dict(choices=("auto", "cpu", "cuda")),
+    "report_to": dict(nargs="+", metavar="TRACKER"),
 }
 
 
@@ -27,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
         flag = "--out" if name == "out_dir" else f"--{name.replace('_', '-')}"
-        p.add_argument(flag, dest=name, default=None, help=FIELDS[name][1], **kw)
+        aliases = ["--report_to"] if name == "report_to" else []  # TRL's spelling too
+        p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], **kw)
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     p.add_argument(
         "--set",

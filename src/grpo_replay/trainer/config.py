@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 import yaml
 
@@ -88,6 +88,9 @@ class TrainConfig:
     """Held-out prompts for the math task (default: the last eval_problems rows of --data)."""
     progress: bool = True
     """Show a progress bar."""
+    report_to: Union[str, tuple[str, ...]] = "none"
+    """Experiment trackers (TRL's word): none | tensorboard | wandb, several as a list or comma-separated
+    (tensorboard,wandb). Each gets every metrics.jsonl / evals.jsonl row under the same names."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
     loss: LossConfig = field(default_factory=LossConfig)
@@ -129,6 +132,9 @@ class TrainConfig:
             bad("backend", ", ".join(BACKENDS))
         if self.generator not in GENERATORS:
             bad("generator", ", ".join(GENERATORS))
+        from ..tracking import parse_report_to
+
+        self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"
         if self.reward not in REWARDS:
             bad("reward", ", ".join(REWARDS))
         if self.reward == "math" and not self.data:

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .. import tracking
+from ..console import quiet_third_party
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..loss import LossConfig
 from . import checkpoint, rundir
@@ -54,6 +56,7 @@ class CheckpointError(RuntimeError):
     """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
 
 
+@quiet_third_party  # one progress bar (ours); third-party bars off, each warning once, printed above the bar
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run (or resume) the training described by cfg; returns the summary also written to summary.json."""
     with rundir.claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
@@ -102,9 +105,11 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
     _truncate_jsonl(run_dir / "metrics.jsonl", start if ckpt is not None else -1)
     _truncate_jsonl(run_dir / "evals.jsonl", start if ckpt is not None else -1)
+    # Every row appended to metrics.jsonl / evals.jsonl also goes to the report_to trackers (none: a no-op).
+    tracker = tracking.Tracker(cfg.report_to, run_dir, cfg.to_dict(), first_step=start + 1 if ckpt is not None else 0)
     if state["initial_eval"] is None:
         state["initial_eval"] = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
-        _append(run_dir / "evals.jsonl", {"step": 0, "generated": 0, **state["initial_eval"]})
+        _append(run_dir / "evals.jsonl", {"step": 0, "generated": 0, **state["initial_eval"]}, tracker)
 
     def save_checkpoint(step_done: int) -> None:
         state["last_eval"] = last_eval
@@ -205,13 +210,14 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
         step_done = t + 1
         if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
             last_eval = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
-            _append(run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **last_eval})
-        _append(run_dir / "metrics.jsonl", m)
+            _append(run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **last_eval}, tracker)
+        _append(run_dir / "metrics.jsonl", m, tracker)
         bar.set_postfix(
             reward=f"{m['reward']:.3f}", acc=f"{last_eval['acc_sampled']:.3f}", buf=len(buffer), replay=f"{m['replay/share']:.2f}"
         )
         if state["bad_in_a_row"] >= cfg.max_bad_steps:
             save_checkpoint(step_done)
+            tracker.close()
             raise TrainingStopped(
                 f"{cfg.max_bad_steps} consecutive steps had a non-finite loss (last at step {step_done}); "
                 f"checkpoint written to {run_dir}. Lower TrainConfig.lr or check the reward/model."
@@ -219,6 +225,7 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
         if (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
             save_checkpoint(step_done)
     bar.close()
+    tracker.close()
 
     summary = _summary(cfg, state, last_eval, setup_info)
     summary["reward_errors"], summary["reward_timeouts"] = scorer.errors, scorer.timeouts
@@ -322,9 +329,11 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _append(path: Path, row: dict) -> None:
+def _append(path: Path, row: dict, tracker: tracking.Tracker | None = None) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
+    if tracker is not None:
+        tracker.log(row)
 
 
 def _truncate_jsonl(path: Path, step: int, key: str = "step") -> None:

@@ -45,7 +45,8 @@ def _train(cfg: TrainConfig, run_dir, overrides: dict) -> dict[str, Any]:
         learning_rate=cfg.lr,
         seed=cfg.seed,
         progress=cfg.progress,
-        trl_overrides={"max_completion_length": cfg.completion_budget()},
+        # report_to is TRL's own option: TRL's callbacks report under TRL's metric names (train/reward, ...).
+        trl_overrides={"max_completion_length": cfg.completion_budget(), "report_to": cfg.report_to.split(",")},
     )
     final = AutoModelForCausalLM.from_pretrained(run_dir / "final")
     end = evaluate(final, tokenizer, task, heldout, **kw)

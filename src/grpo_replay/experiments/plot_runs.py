@@ -1,0 +1,212 @@
+"""`grpo-replay plot RUN_DIR... [--out FILE]`: several training runs on shared axes, plus a table of final metrics.
+
+Panels: held-out accuracy vs generated rollouts, reward vs generated rollouts, replay share vs step, clip fraction
+of fresh (solid) and replayed (dashed) tokens vs step. Each run is labelled by its preset and seed (from its
+config.yaml). The table is printed and written beside the PNG as <out>.csv and <out>.json. A run that has not
+finished (no summary.json, e.g. still training or killed) is plotted up to its last logged step and marked so.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+TABLE_COLUMNS = (
+    "label", "status", "steps", "generated", "acc_sampled_start", "acc_sampled", "acc_greedy",
+    "reward_last10", "replay_share_mean", "fresh_clip_frac_mean", "replay_clip_frac_mean", "run_dir",
+)
+
+
+class RunDirError(ValueError):
+    """A directory that is not a grpo-replay run directory (or has nothing to plot yet)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Run directories (each with config.yaml and metrics.jsonl).")
+    p.add_argument("--out", default="plot.png", help="PNG to write; the table goes beside it as .csv and .json (default plot.png).")
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, errors = [], []
+    for d in args.run_dirs:
+        try:
+            runs.append(load_run(Path(d)))
+        except RunDirError as e:
+            errors.append(str(e))
+    if errors:
+        for e in errors:
+            print(f"grpo-replay plot: error: {e}", file=sys.stderr)
+        return 2
+    for r in runs:
+        if not r["finished"]:
+            print(
+                f"grpo-replay plot: note: {r['run_dir']} is unfinished (step {r['steps_done']} of {r['steps']}, "
+                f"no summary.json); plotted up to its last step",
+                file=sys.stderr,
+            )
+    _label(runs)
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        print(f"grpo-replay plot: error: --out {out} must be a .png file", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = [final_metrics(r) for r in runs]
+    plot_runs(runs, out)
+    _write_table(table, out)
+    print(_format_table(table))
+    print(f"grpo-replay plot: wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.json')}")
+    return 0
+
+
+def _rows(path: Path) -> list[dict]:
+    """JSONL rows; a line cut short by a kill mid-write (a run still training or killed) is skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            out.append(row)
+    return out
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    import yaml
+
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory")
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise RunDirError(
+            f"{run_dir} is not a grpo-replay run directory (no config.yaml; a run directory is what "
+            f"`grpo-replay train --out DIR` writes, e.g. runs/paper-seed0)"
+        )
+    try:
+        cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise RunDirError(f"{cfg_path} is not valid YAML: {e}") from None
+    if not isinstance(cfg, dict):
+        raise RunDirError(f"{cfg_path} does not hold a config mapping")
+    metrics, evals = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "evals.jsonl")
+    if not metrics and not evals:
+        raise RunDirError(f"{run_dir} has no logged steps yet (metrics.jsonl and evals.jsonl are empty or missing)")
+    summary = None
+    if (run_dir / "summary.json").is_file():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError:
+            summary = None
+    return {
+        "run_dir": run_dir,
+        "preset": cfg.get("preset", "?"),
+        "seed": cfg.get("seed", "?"),
+        "steps": cfg.get("steps"),
+        "metrics": metrics,
+        "evals": evals,
+        "finished": summary is not None,
+        "steps_done": max([r["step"] for r in metrics] or [0]),
+    }
+
+
+def _label(runs: list[dict]) -> None:
+    """'<preset> seed <seed>', with the distinguishing part of the path when two runs share it (compare's arms)."""
+    base = [f"{r['preset']} seed {r['seed']}" for r in runs]
+    paths = [str(r["run_dir"].resolve()) for r in runs]
+    common = os.path.commonpath(paths) if len(paths) > 1 else str(Path(paths[0]).parent)
+    for r, b, p in zip(runs, base, paths):
+        tag = f" ({os.path.relpath(p, common)})" if base.count(b) > 1 else ""
+        r["label"] = b + tag + ("" if r["finished"] else f" [unfinished: step {r['steps_done']}/{r['steps']}]")
+
+
+def _mean(xs: list) -> Optional[float]:
+    xs = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def final_metrics(r: dict) -> dict[str, Any]:
+    m, e = r["metrics"], r["evals"]
+    last_eval = e[-1] if e else {}
+    return {
+        "label": r["label"],
+        "status": "finished" if r["finished"] else "unfinished",
+        "steps": f"{r['steps_done']}/{r['steps']}",
+        "generated": m[-1].get("generated") if m else 0,
+        "acc_sampled_start": e[0].get("acc_sampled") if e else None,
+        "acc_sampled": last_eval.get("acc_sampled"),
+        "acc_greedy": last_eval.get("acc_greedy"),
+        "reward_last10": _mean([x.get("reward") for x in m[-10:]]),
+        "replay_share_mean": _mean([x.get("replay/share") for x in m]),
+        "fresh_clip_frac_mean": _mean([x.get("fresh/clip_frac") for x in m if x.get("fresh/count")]),
+        "replay_clip_frac_mean": _mean([x.get("replay/clip_frac") for x in m if x.get("replay/count")]),
+        "run_dir": str(r["run_dir"]),
+    }
+
+
+def plot_runs(runs: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    (acc, rew), (share, clip) = axes
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(runs):
+        c, m, e = colors[i % len(colors)], r["metrics"], r["evals"]
+        pts = [(x["generated"], x["acc_sampled"]) for x in e if "generated" in x and "acc_sampled" in x]
+        if pts:
+            acc.plot(*zip(*pts), marker="o", color=c, label=r["label"])
+        pts = [(x["generated"], x["reward"]) for x in m if "generated" in x and isinstance(x.get("reward"), (int, float))]
+        if pts:
+            rew.plot(*zip(*pts), color=c, label=r["label"])
+        pts = [(x["step"], x["replay/share"]) for x in m if isinstance(x.get("replay/share"), (int, float))]
+        if pts:
+            share.plot(*zip(*pts), color=c, label=r["label"])
+        for kind, style in (("fresh", "-"), ("replay", "--")):
+            pts = [(x["step"], x[f"{kind}/clip_frac"]) for x in m if x.get(f"{kind}/count") and f"{kind}/clip_frac" in x]
+            if pts:
+                clip.plot(*zip(*pts), linestyle=style, color=c, label=f"{r['label']}: {kind}")
+    for ax, xl, yl in (
+        (acc, "generated rollouts", "held-out accuracy (sampled mean@n)"),
+        (rew, "generated rollouts", "mean training reward"),
+        (share, "step", "replay share of update rows"),
+        (clip, "step", "clip fraction (solid fresh, dashed replay)"),
+    ):
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _write_table(table: list[dict], out: Path) -> None:
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
+        w.writeheader()
+        w.writerows(table)
+    out.with_suffix(".json").write_text(json.dumps(table, indent=1))
+
+
+def _format_table(table: list[dict]) -> str:
+    cols = [c for c in TABLE_COLUMNS if c != "run_dir"]
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    cells = [[cell(row[c]) for c in cols] for row in table]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
