@@ -274,3 +274,103 @@ def test_split_config_matches_core_presets_and_rejects_typos():
         split_config({"tau_maxx": 5})
     with pytest.raises(ValueError):
         split_config({"priority": "nope"})
+
+
+def test_kl_in_reward_decides_zero_variance_and_stored_reward_on_task_score():
+    """algorithm.use_kl_in_reward: token_level_rewards = scores - beta * KL; groups tie on the task score only."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    n_prompts, n = 4, 4
+    rewards = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0], dtype=np.float32)
+    b = make_batch(1, n_prompts=n_prompts, n=n, rewards=rewards)
+    m = b.batch["response_mask"].float()
+    kl = 0.01 * torch.rand(m.shape, generator=torch.Generator().manual_seed(0)) * m
+    b.batch["token_level_rewards"] = b.batch["token_level_scores"] - kl  # verl's apply_kl_penalty
+    b.batch["rm_scores"] = b.batch["token_level_rewards"].clone()  # a KL-free key must win, whatever the others
+    adv, ret = compute_grpo_outcome_advantage(b.batch["token_level_rewards"], m, index=b.non_tensor_batch["uid"])
+    b.batch["advantages"], b.batch["returns"] = adv, ret
+    h = hook(replay_ratio=0.0)
+    out = h(b, 1, mini_batch_rows=8, group_size=4)
+    assert h.last_plan.n_zero_variance == 8
+    assert h.last_plan.n_inserted == 8 and len(out) == 8
+    stored = np.sort(h.buffer.storage.col("reward")[h.buffer.storage.valid_slots()])
+    assert np.array_equal(stored, np.sort(rewards[8:]))  # the task score, not score - beta * KL
+
+
+@pytest.mark.parametrize("dp_size", [1, 2, 8])
+@pytest.mark.parametrize("n", [2, 8])
+@pytest.mark.parametrize("micro", [1, 2, 4])
+@pytest.mark.parametrize("keep_steps", [True, False])
+def test_static_micro_batches_divide_each_rank_share(dp_size, n, micro, keep_steps):
+    """verl's prepare_micro_batches: a rank's share of a mini-batch must divide by ppo_micro_batch_size_per_gpu."""
+    n_prompts = 16
+    N, mb = n_prompts * n, n_prompts * n // 2
+    h = hook(tau_max=3, replay_ratio=0.5, keep_optimizer_steps=keep_steps)
+    if mb % (dp_size * micro):  # verl's own config is invalid: its worker would assert without replay too
+        with pytest.raises(ValueError, match="ppo_micro_batch_size_per_gpu"):
+            h(make_batch(1, n_prompts=n_prompts, n=n), 1, dp_size=dp_size, mini_batch_rows=mb, group_size=n,
+              micro_batch_size_per_gpu=micro)
+        return
+    for t in range(1, 8):
+        g = np.random.default_rng(t + 10 * n + dp_size)
+        rewards = (g.random(N) < [0.0, 0.3, 0.8][t % 3]).astype(np.float32)
+        out = h(make_batch(t, n_prompts=n_prompts, n=n, rewards=rewards), t, dp_size=dp_size, mini_batch_rows=mb,
+                group_size=n, micro_batch_size_per_gpu=micro)
+        p = h.last_plan
+        assert len(out) == p.n_total == p.mini_batch_rows * p.n_mini_batches
+        assert (p.mini_batch_rows // dp_size) % micro == 0 and p.mini_batch_rows % dp_size == 0
+        if keep_steps:
+            assert p.n_mini_batches == 2 and p.mini_batch_rows % n == 0
+
+
+def test_issue_example_dp8_n8_micro4_is_divisible():
+    """dp=8, n=8, 16 prompts, micro 4: the old rounding gave 176 rows (22 per GPU, not a multiple of 4)."""
+    h = hook(replay_ratio=0.5)
+    rewards = np.tile(np.array([1, 0, 0, 0, 0, 0, 0, 0], np.float32), 16)
+    for t in (1, 2):
+        out = h(make_batch(t, n_prompts=16, n=8, rewards=rewards), t, dp_size=8, mini_batch_rows=128, group_size=8,
+                micro_batch_size_per_gpu=4)
+    assert h.last_plan.n_replay > 0
+    assert (len(out) // 8) % 4 == 0
+
+
+def test_split_uid_runs():
+    from grpo_replay.integrations.verl.hook import adjacent_uid_order, split_uid_runs
+
+    u = np.array(["a", "a", "a", "b", "b", "r1", "r1", "r1"], dtype=object)
+    out = split_uid_runs(u, 4, n_first=5)
+    assert len(set(out)) == 4 and list(out[:5]) == list(u[:5])  # the replay run is split first
+    assert list(out[5:7]) == ["r1", "r1"]
+    out = split_uid_runs(u, 8, n_first=5)
+    assert len(set(out)) == 8
+    assert split_uid_runs(u, 3).tolist() == u.tolist()
+    with pytest.raises(ValueError, match="adjacent"):
+        split_uid_runs(np.array(["a", "b", "a", "b"], dtype=object), 4)
+    order = adjacent_uid_order(np.array(["b", "a", "b", "c", "a"], dtype=object))
+    assert order.tolist() == [0, 2, 1, 4, 3]
+
+
+@pytest.mark.parametrize("dp_size", [2, 4, 8])
+def test_prefix_grouper_uid_count_divides_dp(dp_size):
+    """verl's _balance_batch with use_prefix_grouper needs #distinct uids % dp == 0, each uid's rows adjacent."""
+    from verl.utils.seqlen_balancing import get_group_balanced_partitions
+
+    h = hook(tau_max=3, replay_ratio=0.5)
+    n_prompts, n = 8, 4
+    for t in range(1, 8):
+        g = np.random.default_rng(t + dp_size)
+        b = make_batch(t, n_prompts=n_prompts, n=n, rewards=(g.random(32) < 0.4).astype(np.float32))
+        uids_before = b.non_tensor_batch["uid"].copy()
+        out = h(b, t, dp_size=dp_size, mini_batch_rows=16, group_size=n, prefix_grouper=True)
+        uid = out.non_tensor_batch["uid"]
+        assert len(set(uid)) % dp_size == 0, (t, len(set(uid)))
+        runs = 1 + int((uid[1:] != uid[:-1]).sum())
+        assert runs == len(set(uid))  # adjacent
+        assert np.array_equal(b.non_tensor_batch["uid"], uids_before)  # the caller's batch is not relabelled
+        seqlen = out.batch["attention_mask"].sum(-1).tolist()
+        parts = get_group_balanced_partitions(seqlen_list=seqlen, uid_list=list(uid), k_partitions=dp_size)
+        assert sorted(i for p in parts for i in p) == list(range(len(out)))
+        # every row of one prompt stays under uids of that prompt (a split only peels rows off a group)
+        sig = [tuple(out.batch["prompts"][i].tolist()) for i in range(len(out))]
+        for u in set(uid):
+            assert len({sig[i] for i in np.flatnonzero(uid == u)}) == 1

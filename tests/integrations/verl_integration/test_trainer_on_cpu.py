@@ -62,6 +62,7 @@ class FakeActorWG:
                 "global_batch_size": tu.get(td, "global_batch_size"),
                 "advantages": td["advantages"].clone(),
                 "old_log_probs": td["old_log_probs"].clone(),
+                "tokens": td["input_ids"].offsets().diff().tolist(),
             }
         )
         return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.5, "pg_loss": [0.1]}})
@@ -190,14 +191,20 @@ def test_resume_path_and_disabled_resume(tmp_path):
     assert d._load_checkpoint() == 0 and len(d.replay_hook.buffer) == 0
 
 
-def test_missing_buffer_resumes_empty(tmp_path):
+def test_missing_buffer_is_an_error_unless_empty_resume_is_allowed(tmp_path):
     cfg = verl_config(tmp_path)
     t = make_trainer(cfg)
     t.global_steps = 1
     t._update_actor(make_batch(1))
     t._save_checkpoint()
-    os.remove(tmp_path / "ckpt" / "global_step_1" / f"{BUFFER_NAME}.json")
-    r = make_trainer(verl_config(tmp_path))
+    folder = tmp_path / "ckpt" / "global_step_1"
+    os.remove(folder / f"{BUFFER_NAME}.npz")
+    with pytest.raises(FileNotFoundError, match=r"replay_buffer\.npz.*allow_empty_resume"):
+        make_trainer(verl_config(tmp_path))._load_checkpoint()
+    os.remove(folder / f"{BUFFER_NAME}.json")
+    with pytest.raises(FileNotFoundError, match=r"replay_buffer\.json"):
+        make_trainer(verl_config(tmp_path))._load_checkpoint()
+    r = make_trainer(verl_config(tmp_path, "replay.allow_empty_resume=true"))
     r._load_checkpoint()
     assert r.global_steps == 1 and len(r.replay_hook.buffer) == 0
 
@@ -205,10 +212,11 @@ def test_missing_buffer_resumes_empty(tmp_path):
 def test_task_runner_builds_the_replay_trainer(monkeypatch):
     import verl.trainer.main_ppo_v0 as v0
 
-    from grpo_replay.integrations.verl.runner import ReplayTaskRunner, ReplayTaskRunnerImpl, _BaseRunner
+    from grpo_replay.integrations.verl.runner import ReplayTaskRunner, ReplayTaskRunnerImpl, verl_task_runner_class
 
     seen = {}
-    monkeypatch.setattr(_BaseRunner, "run", lambda self, config: seen.setdefault("cls", v0.RayPPOTrainer))
+    plain = verl_task_runner_class()
+    monkeypatch.setattr(plain, "run", lambda self, config: seen.setdefault("cls", v0.RayPPOTrainer))
     monkeypatch.setattr(v0, "RayPPOTrainer", v0.RayPPOTrainer)  # restored after the test
     runner = ReplayTaskRunnerImpl()
     runner.run(OmegaConf.create({"trainer": {"use_v1": False}}))
@@ -216,6 +224,40 @@ def test_task_runner_builds_the_replay_trainer(monkeypatch):
     with pytest.raises(ValueError, match="use_v1"):
         runner.run(OmegaConf.create({"trainer": {"use_v1": True}}))
     assert hasattr(ReplayTaskRunner, "remote")  # a Ray actor class, as run_ppo expects
+
+
+@pytest.mark.parametrize("dp_size", [2, 4])
+def test_prefix_grouper_rebalance_through_verl(tmp_path, dp_size):
+    """verl's own _balance_batch with use_prefix_grouper raised on an arbitrary number of replay uids."""
+    cfg = verl_config(tmp_path, "replay.replay_ratio=0.5", "actor_rollout_ref.actor.use_prefix_grouper=true")
+    t = make_trainer(cfg, dp_size)
+    t.use_prefix_grouper = True  # what RayPPOTrainer.__init__ reads from the config
+    for step in range(1, 7):
+        t.global_steps = step
+        g = np.random.default_rng(step)
+        out = t._update_actor(make_batch(step, rewards=(g.random(32) < 0.4).astype(np.float32)))
+        plan = t.replay_hook.last_plan
+        assert t.actor_rollout_wg.updates[-1]["rows"] == plan.n_total
+    assert plan.n_replay > 0 and any(k.startswith("replay/global_seqlen") for k in out.meta_info["metrics"])
+
+
+def test_perf_total_num_tokens_include_replayed_tokens(tmp_path):
+    from verl.trainer.ppo.metric_utils import compute_throughout_metrics
+
+    cfg = verl_config(tmp_path, "replay.replay_ratio=1.0", "trainer.balance_batch=false")
+    t = make_trainer(cfg, 2)
+    for step in (1, 2):
+        t.global_steps = step
+        batch = make_batch(step)
+        fresh_tokens = int(batch.batch["attention_mask"].sum())
+        t._update_actor(batch)
+    plan = t.replay_hook.last_plan
+    sent = t.actor_rollout_wg.updates[-1]["tokens"]  # per row, in the order fresh then replay
+    replay_tokens = sum(sent[plan.n_fresh_used :])
+    assert plan.n_replay > 0 and replay_tokens == plan.n_replay_tokens > 0
+    perf = compute_throughout_metrics(batch=batch, timing_raw={"step": 2.0}, n_gpus=2)
+    assert perf["perf/total_num_tokens"] == fresh_tokens + replay_tokens
+    assert perf["perf/throughput"] == (fresh_tokens + replay_tokens) / 4.0
 
 
 @pytest.mark.parametrize("preset", PRESETS)

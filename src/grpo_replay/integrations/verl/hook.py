@@ -78,6 +78,8 @@ class VerlReplaySettings:
     """Seed of the buffer's sampling generator."""
     rebalance: bool = True
     """Re-run verl's DP sequence-length balancing over the composed batch (if `trainer.balance_batch`)."""
+    allow_empty_resume: bool = False
+    """Resuming from a checkpoint folder without the buffer files starts with an empty buffer instead of failing."""
 
 
 @dataclass
@@ -93,6 +95,8 @@ class ReplayPlan:
     n_inserted: int
     mini_batch_rows: int
     n_mini_batches: int
+    n_replay_tokens: int = 0
+    """Prompt + response tokens of the replay rows (verl's perf/total_num_tokens counts them too)."""
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -102,12 +106,17 @@ def prompt_key(token_ids: np.ndarray) -> int:
     return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+# The task score first: with algorithm.use_kl_in_reward, token_level_rewards = scores - beta * KL per token, so
+# its row sum almost never ties within a group and the zero-variance filter would keep every group.
+REWARD_KEYS = ("token_level_scores", "rm_scores", "token_level_rewards")
+
+
 def _row_rewards(batch: "DataProto") -> torch.Tensor:
     td = batch.batch
-    for key in ("token_level_rewards", "token_level_scores", "rm_scores"):
+    for key in REWARD_KEYS:
         if key in td.keys():
             return td[key].float().sum(-1)
-    raise KeyError("the batch has no token_level_rewards / token_level_scores / rm_scores: rewards are unknown")
+    raise KeyError(f"the batch has none of {list(REWARD_KEYS)}: rewards are unknown")
 
 
 def _group_ids(batch: "DataProto") -> torch.Tensor:
@@ -269,6 +278,38 @@ def _fill_non_tensor(key: str, fresh: np.ndarray, rows: RolloutBatch) -> np.ndar
     return out
 
 
+def adjacent_uid_order(uids: np.ndarray) -> np.ndarray:
+    """Stable permutation that makes rows of one uid adjacent (groups in order of first appearance)."""
+    _, first, inv = np.unique(np.asarray(uids).astype(str), return_index=True, return_inverse=True)
+    return np.lexsort((np.arange(len(inv)), first[inv.reshape(-1)]))
+
+
+def split_uid_runs(uids: np.ndarray, multiple: int, n_first: int = 0) -> np.ndarray:
+    """Relabel runs of equal adjacent uids so that their number divides by `multiple`.
+
+    verl's `_balance_batch` with `use_prefix_grouper` counts distinct uids and gives each DP rank as many; replay
+    rows carry one uid per stored group, so that count is arbitrary. Single rows are peeled off the end of the
+    largest runs into uids of their own, rows from index `n_first` on (the replay rows) first. Advantages are
+    already computed, so a split group only shares its prompt prefix less. Always feasible when `len(uids)` is a
+    multiple of `multiple` (every row its own uid is the limit)."""
+    out = np.asarray(uids).astype(str).astype(object)
+    n = len(out)
+    starts = [i for i in range(n) if i == 0 or out[i] != out[i - 1]]
+    runs = [[a, b] for a, b in zip(starts, starts[1:] + [n])]
+    if len(set(out.tolist())) != len(runs):
+        raise ValueError("split_uid_runs needs the rows of each uid to be adjacent (see adjacent_uid_order)")
+    deficit = -len(runs) % int(multiple)
+    if deficit > n - len(runs):
+        raise ValueError(f"{n} rows cannot hold a multiple of {multiple} distinct uids")
+    for k in range(deficit):
+        # largest run, replay runs (start >= n_first) preferred
+        run = max((r for r in runs if r[1] - r[0] > 1), key=lambda r: (r[0] >= n_first, r[1] - r[0], r[0]))
+        run[1] -= 1
+        out[run[1]] = f"{out[run[1]]}#split{k}"
+        runs.append([run[1], run[1] + 1])
+    return out
+
+
 class ReplayHook:
     """Owns the `ReplayBuffer` and turns a fresh verl batch into the batch for `_update_actor`.
 
@@ -295,23 +336,42 @@ class ReplayHook:
         dp_size: int = 1,
         mini_batch_rows: Optional[int] = None,
         group_size: int = 1,
+        micro_batch_size_per_gpu: Optional[int] = None,
+        prefix_grouper: bool = False,
     ) -> "DataProto":
         """Compose the update batch. `mini_batch_rows` = verl's `ppo_mini_batch_size * rollout.n` (default: the
         whole fresh batch, i.e. one optimizer step), `dp_size` = the actor's data-parallel size, `group_size` =
-        `rollout.n` (the scaled mini-batch stays a multiple of it)."""
+        `rollout.n` (the scaled mini-batch stays a multiple of it), `micro_batch_size_per_gpu` = the actor's
+        `ppo_micro_batch_size_per_gpu` with static micro-batches (None with `use_dynamic_bsz`): each rank's share
+        of a mini-batch must divide by it. `prefix_grouper` (verl's `actor.use_prefix_grouper`): the number of
+        distinct uids is made a multiple of `dp_size` and rows of one uid are adjacent, as verl's group-level
+        `_balance_batch` requires."""
         step = int(global_step)
         N = len(batch)
         mb = int(mini_batch_rows or N)
+        dp = int(dp_size)
+        micro = int(micro_batch_size_per_gpu or 1)
         if N % mb:
             raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
         K = N // mb  # optimizer steps per epoch without replay
+        # verl's worker splits the batch over dp ranks, each rank's share into K mini-batches and each mini-batch
+        # into micro-batches of `micro` rows (prepare_micro_batches asserts), so a mini-batch is a multiple of
+        # dp * micro rows (and of rollout.n, to be expressible as ppo_mini_batch_size * rollout.n).
         if self.settings.keep_optimizer_steps:
-            base = math.lcm(int(group_size), int(dp_size))
+            base = math.lcm(int(group_size), dp * micro)
             if mb % base:
-                raise ValueError(f"PPO mini-batch of {mb} rows must divide by rollout.n and the DP size ({base})")
+                raise ValueError(
+                    f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
+                    f"({group_size}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
+                )
             unit = K * base
         else:
-            unit = math.lcm(mb, int(dp_size))
+            if mb % (dp * micro):
+                raise ValueError(
+                    f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu "
+                    f"({dp} * {micro})"
+                )
+            unit = mb
 
         fresh, pkeys = to_rollout_batch(batch, step)
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy()
@@ -328,15 +388,23 @@ class ReplayHook:
         replay_rows = replay_rows.select(torch.from_numpy(fits))  # row i of replay_dp is row i here
 
         fresh_idx, n_replay = self._fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
-        parts = [batch.select_idxs(np.sort(fresh_idx))]
+        fresh_order = np.sort(fresh_idx)
+        replay_order = np.arange(n_replay)
+        if prefix_grouper:  # verl's group balancing takes runs of equal adjacent uids as the groups
+            fresh_order = fresh_order[adjacent_uid_order(batch.non_tensor_batch["uid"][fresh_order])]
+            replay_order = adjacent_uid_order(replay_dp.non_tensor_batch["uid"][:n_replay])
+        parts = [batch.select_idxs(fresh_order)]
         if n_replay:
-            parts.append(replay_dp.select_idxs(np.arange(n_replay)))
+            parts.append(replay_dp.select_idxs(replay_order))
         # select_idxs shares meta_info with the caller's batch: give the parts their own, without the per-row
         # global_token_num (DataProto.concat asserts equal non-metric meta_info; it is recomputed below)
         fresh_part = parts[0]
         fresh_part.meta_info = {k: v for k, v in batch.meta_info.items() if k != "global_token_num"}
         out = DataProto.concat(parts) if len(parts) > 1 else fresh_part
         out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
+        if prefix_grouper:
+            out.non_tensor_batch["uid"] = split_uid_runs(out.non_tensor_batch["uid"], dp, n_first=len(fresh_order))
+        n_replay_tokens = int(sum(out.meta_info["global_token_num"][len(fresh_order) :]))
 
         # Algorithm 1 step 7: insert this step's fresh non-zero-variance rows with birth step = global step.
         ins = np.flatnonzero(nonzero)
@@ -355,6 +423,7 @@ class ReplayHook:
             "replay/age_max": float(ages.max()) if n_replay else 0.0,
             "replay/dropped_too_wide": float(n_dropped_wide),
             "replay/mini_batch_rows": float(mbr),
+            "replay/replay_tokens": float(n_replay_tokens),
             "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean()) if n_replay else 0.0,
         }
         metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
@@ -368,6 +437,7 @@ class ReplayHook:
             n_inserted=n_ins,
             mini_batch_rows=mbr,
             n_mini_batches=k_steps,
+            n_replay_tokens=n_replay_tokens,
             metrics=metrics,
         )
         return out

@@ -1,8 +1,15 @@
 """`ReplayTaskRunner`: verl 0.9.1's legacy `main_ppo_v0.TaskRunner` building a `ReplayRayPPOTrainer`.
 
-verl's `TaskRunner.run` constructs `RayPPOTrainer` by its module-global name; the runner subclasses the plain
-(undecorated) runner class and, inside its own Ray actor process, rebinds that one name before calling the
-unchanged `run`. Use it as `verl.trainer.main_ppo.run_ppo(config, task_runner_class=ReplayTaskRunner)`.
+verl's `TaskRunner.run` constructs `RayPPOTrainer` by its module-global name; the runner, inside its own Ray actor
+process, rebinds that one name and then calls verl's unchanged `TaskRunner.run`. Use it as
+`verl.trainer.main_ppo.run_ppo(config, task_runner_class=ReplayTaskRunner)`.
+
+Why not `class ReplayTaskRunnerImpl(TaskRunner.__ray_actor_class__)`: `main_ppo_v0.TaskRunner` is the Ray actor
+class, so its plain class cannot be found by name and cloudpickle ships it to the actor by value: a copy whose
+`super()` cell and module globals are not the real ones (actor creation died with `super(type, obj)`, and a
+rebinding of `RayPPOTrainer` would not reach the copy's `run`). The runner therefore subclasses the importable
+`BaseTaskRunner` (all the methods `run` calls live there) and calls the plain `TaskRunner.run` function taken from
+the actor process's own import of `main_ppo_v0`, whose globals are that module's namespace.
 """
 from __future__ import annotations
 
@@ -16,10 +23,13 @@ except ImportError as e:  # pragma: no cover
 
 from .trainer import ReplayRayPPOTrainer
 
-_BaseRunner = getattr(_v0.TaskRunner, "__ray_actor_class__", _v0.TaskRunner)
+
+def verl_task_runner_class() -> type:
+    """verl's plain (undecorated) legacy `TaskRunner` class of this process."""
+    return getattr(_v0.TaskRunner, "__ray_actor_class__", _v0.TaskRunner)
 
 
-class ReplayTaskRunnerImpl(_BaseRunner):
+class ReplayTaskRunnerImpl(_v0.BaseTaskRunner):
     """Plain class (testable without Ray); `ReplayTaskRunner` is its Ray actor."""
 
     trainer_cls = ReplayRayPPOTrainer
@@ -27,8 +37,8 @@ class ReplayTaskRunnerImpl(_BaseRunner):
     def run(self, config):
         if config.trainer.get("use_v1", False):
             raise ValueError("grpo-replay hooks the legacy RayPPOTrainer: set trainer.use_v1=false")
-        _v0.RayPPOTrainer = self.trainer_cls  # this actor's process only
-        return super().run(config)
+        _v0.RayPPOTrainer = self.trainer_cls  # the name verl's run() reads; this actor's process only
+        return verl_task_runner_class().run(self, config)
 
 
 ReplayTaskRunner = ray.remote(ReplayTaskRunnerImpl)

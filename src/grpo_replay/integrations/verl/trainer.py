@@ -66,24 +66,33 @@ class ReplayRayPPOTrainer(RayPPOTrainer):
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
+        static_micro = not actor_cfg.get("use_dynamic_bsz", False)
         composed = self.replay_hook(
             batch,
             self.global_steps,
             dp_size=dp_size,
             mini_batch_rows=int(actor_cfg.ppo_mini_batch_size) * rollout_n,
             group_size=rollout_n,
+            micro_batch_size_per_gpu=actor_cfg.get("ppo_micro_batch_size_per_gpu") if static_micro else None,
+            prefix_grouper=bool(getattr(self, "use_prefix_grouper", False)),
         )
         plan = self.replay_hook.last_plan
         metrics = dict(plan.metrics)
+        replay_token_num = composed.meta_info["global_token_num"][plan.n_fresh_used :]
         changed = plan.n_replay > 0 or plan.n_fresh_used != plan.n_fresh_total
         if self.replay_hook.settings.rebalance and self.config.trainer.balance_batch and changed:
             balance = {}
             self._balance_batch(composed, metrics=balance, logging_prefix="replay/global_seqlen")
+            composed.meta_info["global_token_num"] = composed.batch["attention_mask"].sum(-1).tolist()
             metrics.update(balance)
         # verl's _update_actor passes ppo_mini_batch_size * rollout.n rows as the PPO mini-batch; scale it for
         # this call so the composed batch gives exactly plan.n_mini_batches optimizer steps per epoch.
         with _override(actor_cfg, "ppo_mini_batch_size", plan.mini_batch_rows // rollout_n):
             output = super()._update_actor(composed)
+        # fit() computes perf/total_num_tokens and perf/throughput from the fresh batch's global_token_num after
+        # this call: the replayed rows are trained on too, so their tokens count (nothing else reads the list).
+        if "global_token_num" in batch.meta_info:
+            batch.meta_info["global_token_num"] = list(batch.meta_info["global_token_num"]) + replay_token_num
         output.meta_info.setdefault("metrics", {}).update(metrics)
         return output
 
@@ -132,9 +141,17 @@ def save_buffer(hook: ReplayHook, folder: str) -> str:
 
 
 def load_buffer(hook: ReplayHook, folder: str) -> bool:
+    """Load the buffer saved in `folder`. A missing file is an error unless `replay.allow_empty_resume=true`:
+    a resumed run with an empty buffer silently trains without replay for up to `tau_max` steps."""
     path = os.path.join(folder, BUFFER_NAME)
-    if not os.path.exists(path + ".json"):
-        logger.warning("no replay buffer at %s.json: resuming with an empty buffer", path)
+    missing = [path + s for s in (".json", ".npz") if not os.path.exists(path + s)]
+    if missing:
+        if not hook.settings.allow_empty_resume:
+            raise FileNotFoundError(
+                f"resuming from {folder}: replay buffer file(s) {missing} not found. Resume from a checkpoint saved "
+                "with grpo-replay, or set replay.allow_empty_resume=true to resume with an empty buffer"
+            )
+        logger.warning("no replay buffer at %s: resuming with an empty buffer (replay.allow_empty_resume)", missing)
         return False
     hook.load(path)
     logger.info("replay buffer (%d rollouts) loaded from %s", len(hook.buffer), path)
