@@ -269,7 +269,8 @@ def test_merge_fills_optional_keys(tmp_path):
     trainer.pad_to_multiple_of = 4  # TRL pads the fresh rows to multiples; the merged widths (4, 5) must follow
     merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
     assert merged["prompt_ids"].shape == (3, 4) and merged["completion_ids"].shape == (3, 8)
-    assert merged["prompt_mask"][2].tolist() == [1, 1, 1, 1] and merged["completion_mask"][2].tolist() == [1] * 4 + [0] * 4
+    assert merged["prompt_mask"][2].tolist() == [1, 1, 1, 1]
+    assert merged["completion_mask"][2].tolist() == [1] * 4 + [0] * 4
     assert merged["tool_mask"].shape == (3, 8) and merged["tool_mask"][:, 5:].eq(1).all()
 
 

@@ -74,8 +74,10 @@ def _recording_trainer_cls():
             finally:
                 self._in_reference = False
             mask = out["completion_mask"].cpu()
+            prompt_ids, prompt_mask = out["prompt_ids"].cpu(), out["prompt_mask"].cpu()
+            completion_ids = out["completion_ids"].cpu()
             for i in range(len(mask)):
-                key = _key(out["prompt_ids"][i].cpu(), out["prompt_mask"][i].cpu(), out["completion_ids"][i].cpu(), mask[i])
+                key = _key(prompt_ids[i], prompt_mask[i], completion_ids[i], mask[i])
                 self.generated.setdefault(key, []).append((float(out["advantages"][i]), ref[i][mask[i].bool()]))
             step = int(self.state.global_step)
             self.replay_buffer.evict(step)  # what compose_batch does first: the rows then available
@@ -94,8 +96,6 @@ def _recording_trainer_cls():
             return super()._replay_flush(log, before_step)
 
         def _compute_loss(self, model, inputs):
-            from grpo_replay.integrations.trl.trainer import REPLAY_FLAG_KEY
-
             rec = {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
             rec["step"] = int(self.state.global_step)
             self.loss_batches.append(rec)

@@ -143,7 +143,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if not bool(take.any()):
             return
         if entry is None or not entry["aligned"]:
-            raise RuntimeError("ReplayGRPOTrainer: a batch carries queued-row ids but no generation is waiting for them")
+            raise RuntimeError(
+                "ReplayGRPOTrainer: a batch carries queued-row ids but no generation is waiting for them"
+            )
         ids = row_id[take].cpu()
         stored = entry["batch"].behaviour_logps
         stored[ids] = logps[take][:, : stored.shape[1]].float().cpu()
@@ -267,7 +269,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if entry["history"] is not None:
                 entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
         if log:
-            local = torch.tensor([inserted, len(self.replay_buffer)], device=self.accelerator.device, dtype=torch.float64)
+            local = torch.tensor(
+                [inserted, len(self.replay_buffer)], device=self.accelerator.device, dtype=torch.float64
+            )
             tot = self.accelerator.reduce(local, reduction="sum")
             metrics = self._metrics["train"]
             metrics["replay/inserted"].append(float(tot[0]))
