@@ -55,13 +55,13 @@ class ReplayBuffer:
         self._see(step)
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
-        check_token_ids(batch, "ReplayBuffer.add")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
             if getattr(batch, name).shape != batch.completion_ids.shape:
                 raise ValueError(
                     f"ReplayBuffer.add: {name} has shape {tuple(getattr(batch, name).shape)}, "
                     f"completion_ids has {tuple(batch.completion_ids.shape)}; they must match"
                 )
+        check_token_ids(batch, "ReplayBuffer.add")
         adv = batch.advantages.detach().cpu().numpy().astype(np.float32)
         if not np.isfinite(adv).all():
             bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()

@@ -121,6 +121,11 @@ MAX_TOKEN_ID = 2**31 - 1  # the buffer stores token ids as int32
 def check_token_ids(batch: RolloutBatch, where: str) -> None:
     """Raise ValueError if a stored token id (real prompt tokens, completion tokens up to the last counted
     one) lies outside [0, 2**31 - 1]: the buffer keeps int32 ids and would silently truncate it."""
+    if batch.prompt_mask.shape != batch.prompt_ids.shape:
+        raise ValueError(
+            f"{where}: prompt_mask has shape {tuple(batch.prompt_mask.shape)}, prompt_ids has "
+            f"{tuple(batch.prompt_ids.shape)}; they must match"
+        )
     for ids, keep in (
         (batch.prompt_ids, batch.prompt_mask.ne(0)),
         (batch.completion_ids, torch.arange(batch.completion_ids.shape[1], device=batch.completion_ids.device).unsqueeze(0)

@@ -155,7 +155,10 @@ def test_unsupported_trl_version_fails_clearly(monkeypatch):
 
 @pytest.mark.parametrize("preset", ["paper", "grpo", "uniform_pool", "sigma_pool"])
 def test_train_each_preset(tmp_path, preset):
-    trainer, before = _train(tmp_path, replay_preset=preset, max_steps=3)
+    # pool: two fresh groups of 4 and replay_ratio 1 give a share of 1/2 = exactly one whole replayed group (with
+    # one fresh group, no whole group fits in the share of a pool: it would displace every fresh row).
+    pool = dict(per_device_train_batch_size=8, replay_ratio=1.0) if "pool" in preset else {}
+    trainer, before = _train(tmp_path, replay_preset=preset, max_steps=3, **pool)
     hist = list(trainer.replay_history)
     assert not torch.equal(before, _param_vector(trainer.model)), "parameters did not change"
     shares = _logged(trainer, "replay/share")
@@ -176,8 +179,9 @@ def test_train_each_preset(tmp_path, preset):
     if preset == "paper":  # fresh-anchored: every fresh row + round(0.5 * 4) replay rows
         assert all(h["fresh_rows"] == n for h in hist)
         assert [h["replay_rows"] for h in hist[1:]] == [2, 2]
-    else:  # pool: replay rows displace fresh rows, the total stays n
-        assert all(h["fresh_rows"] + h["replay_rows"] == n for h in hist)
+    else:  # pool: replay rows displace fresh rows, the total stays 2n, one whole group of replay rows
+        assert all(h["fresh_rows"] + h["replay_rows"] == 2 * n for h in hist)
+        assert [h["replay_rows"] for h in hist[1:]] == [4, 4]
 
 
 def test_replay_disabled_matches_grpo_trainer(tmp_path):
