@@ -105,12 +105,13 @@ def _warm_one(overrides: dict) -> str:
 
 
 def _train_one(overrides: dict) -> dict:
+    from ..trainer import rundir
     from ..trainer.config import resolve
     from ..trainer.loop import train
 
     t0 = time.time()
     cfg = resolve(overrides)
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    rundir.mark(cfg.run_dir)  # train.log is written before train() claims the directory
     # The run's own prints and warnings go to <run dir>/train.log, not over the progress display.
     with open(cfg.run_dir / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:

@@ -45,7 +45,7 @@ RESUMABLE_KEYS = (
 
 # What grpo-replay writes into a run directory; a directory holding only these (and a config.yaml that is a
 # TrainConfig) is a run made before the marker existed, and is adopted.
-_OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|final|[\w.-]+\.png"
+_OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|train\.log|final|[\w.-]+\.png"
                    r"|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
 
 
@@ -130,6 +130,29 @@ def _check_resume(cfg, run_dir: Path) -> int:
     return done
 
 
+def _refuse_foreign(run_dir: Path) -> None:
+    foreign = _foreign_files(run_dir)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise RunDirError(
+            f"TrainConfig.out_dir={str(run_dir)!r} holds files grpo-replay did not make ({shown}); "
+            f"give an empty or new directory"
+        )
+
+
+def _write_marker(run_dir: Path) -> None:
+    (run_dir / MARKER).write_text(json.dumps({"made_by": "grpo-replay", "version": __version__}) + "\n")
+
+
+def mark(run_dir: Path) -> None:
+    """Create run_dir as a grpo-replay run directory, for a caller that writes into it before `claim`
+    (the compare runner's train.log); a directory with anyone else's files is refused."""
+    _refuse_foreign(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / MARKER).is_file():
+        _write_marker(run_dir)
+
+
 def _holder(lock: Path) -> str:
     # The holder writes its pid right after taking the lock: wait briefly for it.
     for _ in range(20):
@@ -150,13 +173,7 @@ def claim(cfg) -> Iterator[Path]:
 
     run_dir = cfg.run_dir
     check_path(cfg.out_dir, run_dir)
-    foreign = _foreign_files(run_dir)
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise RunDirError(
-            f"TrainConfig.out_dir={str(run_dir)!r} holds files grpo-replay did not make ({shown}); "
-            f"give an empty or new directory"
-        )
+    _refuse_foreign(run_dir)
     _check_resume(cfg, run_dir)  # before writing anything, even the lock's pid; again under the lock below
     created = not run_dir.exists()
     lock = run_dir / LOCK
@@ -183,8 +200,11 @@ def claim(cfg) -> Iterator[Path]:
                 with contextlib.suppress(OSError):
                     run_dir.rmdir()
             raise
-        (run_dir / MARKER).write_text(json.dumps({"made_by": "grpo-replay", "version": __version__}) + "\n")
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        try:
+            _write_marker(run_dir)
+            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        except OSError as e:
+            raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is not writable: {e.strerror or e}") from None
         if cfg.backend == "builtin" and done >= cfg.steps:
             print(
                 f"grpo-replay: {run_dir} has already done its {done} steps; nothing to train. To continue it, raise "
