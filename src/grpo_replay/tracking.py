@@ -175,7 +175,19 @@ def _open_wandb(run_dir: Path, config: Mapping[str, Any]):
     new_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
     run_id = id_file.read_text().strip() if id_file.exists() else new_id
     id_file.write_text(run_id + "\n")
-    run = wandb.init(
+    try:
+        run = _wandb_init(wandb, run_dir, run_id, config)
+    except wandb.errors.UsageError as e:  # e.g. no API key: a message, not a traceback
+        raise TrackerError(
+            f"report_to=wandb: {e} (or set WANDB_MODE=offline to log locally and `wandb sync` later)"
+        ) from None
+    offline = run.settings.mode in ("offline", "dryrun")
+    print(f"grpo-replay: W&B run {run.id} ({'offline, ' + run.dir if offline else run.url})", flush=True)
+    return run
+
+
+def _wandb_init(wandb, run_dir: Path, run_id: str, config: Mapping[str, Any]):
+    return wandb.init(
         project=os.environ.get("WANDB_PROJECT", "grpo-replay"),
         name=str(run_dir),
         id=run_id,
@@ -185,12 +197,9 @@ def _open_wandb(run_dir: Path, config: Mapping[str, Any]):
         dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
         # Several runs in one process (compare's workers): each train() gets its own W&B run.
         reinit="create_new",
-        # W&B's console capture and banners would interleave with the progress bar (one line is printed below).
+        # W&B's console capture and banners would interleave with the progress bar (_open_wandb prints one line).
         settings=wandb.Settings(console="off", silent=True),
     )
-    offline = run.settings.mode in ("offline", "dryrun")
-    print(f"grpo-replay: W&B run {run.id} ({'offline, ' + run.dir if offline else run.url})", flush=True)
-    return run
 
 
 def _plain(x: Any) -> Any:

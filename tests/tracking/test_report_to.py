@@ -164,3 +164,13 @@ def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         main(_argv(ov, tmp_path / "trl", "--report-to", "tensorboard", "wandb"))
     assert seen["report_to"] == ["tensorboard", "wandb"]
+
+
+def test_wandb_without_login_is_a_clear_error(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    for var in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"report_to=wandb: .*API key.*set WANDB_MODE=offline"):
+        tracking.Tracker("wandb", tmp_path, {"seed": 0})
