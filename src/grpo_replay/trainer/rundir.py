@@ -38,6 +38,7 @@ RESUMABLE_KEYS = (
     "max_bad_steps",
     "reward_timeout",
     "progress",
+    "report_to",
     "out_dir",
     "testbed.cache_dir",
     "testbed.progress_every",
@@ -46,7 +47,7 @@ RESUMABLE_KEYS = (
 # What grpo-replay writes into a run directory; a directory holding only these (and a config.yaml that is a
 # TrainConfig) is a run made before the marker existed, and is adopted.
 _OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|train\.log|final|[\w.-]+\.png"
-                   r"|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
+                   r"|tensorboard|wandb|wandb_run_id|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
 
 
 class RunDirError(RuntimeError):
