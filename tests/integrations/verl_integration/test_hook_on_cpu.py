@@ -297,7 +297,7 @@ def test_kl_in_reward_decides_zero_variance_and_stored_reward_on_task_score():
     assert np.array_equal(stored, np.sort(rewards[8:]))  # the task score, not score - beta * KL
 
 
-@pytest.mark.parametrize("dp_size", [1, 2, 8])
+@pytest.mark.parametrize("dp_size", [2, 8])
 @pytest.mark.parametrize("n", [2, 8])
 @pytest.mark.parametrize("micro", [1, 2, 4])
 @pytest.mark.parametrize("keep_steps", [True, False])
@@ -311,7 +311,7 @@ def test_static_micro_batches_divide_each_rank_share(dp_size, n, micro, keep_ste
             h(make_batch(1, n_prompts=n_prompts, n=n), 1, dp_size=dp_size, mini_batch_rows=mb, group_size=n,
               micro_batch_size_per_gpu=micro)
         return
-    for t in range(1, 8):
+    for t in range(1, 6):
         g = np.random.default_rng(t + 10 * n + dp_size)
         rewards = (g.random(N) < [0.0, 0.3, 0.8][t % 3]).astype(np.float32)
         out = h(make_batch(t, n_prompts=n_prompts, n=n, rewards=rewards), t, dp_size=dp_size, mini_batch_rows=mb,

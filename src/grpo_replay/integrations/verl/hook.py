@@ -5,12 +5,15 @@ It converts verl's padded batch to the core's `RolloutBatch`, runs the core's `c
 `ReplayBuffer`, converts the replay rows back to verl's layout at the run's fixed widths and concatenates them
 with `DataProto.concat`. Algorithm 1 (METHOD.md) at verl global step t:
 
-  3. zero-variance filter: groups (rows sharing a verl `uid`) whose rewards are all equal are dropped from the
-     update (when `filter_zero_variance`) and are never inserted;
+  3. zero-variance filter: groups (rows sharing a verl `uid`) whose task scores are all equal are dropped from
+     the update (when `filter_zero_variance`) and are never inserted;
   4-6. evict by age, sample by priority and compose (fresh-anchored: concatenate) via `compose_batch`;
        replay rows keep their stored advantages, old log-probs (no recompute) and reference log-probs;
-  --   the total is trimmed to a multiple of `K * lcm(n, dp)` (K = optimizer steps per epoch of the fresh batch),
-       so the trainer can scale the mini-batch to total / K rows and no extra optimizer step appears;
+  --   the total is trimmed to a multiple of `K * lcm(n, dp * micro)` (K = optimizer steps per epoch of the fresh
+       batch, micro = static `ppo_micro_batch_size_per_gpu`, 1 with dynamic batch sizes), so the trainer can scale
+       the mini-batch to total / K rows, no extra optimizer step appears and verl's worker can cut every rank's
+       share into micro-batches; with the prefix grouper, uid groups are made adjacent and their count a multiple
+       of dp;
   7.   the fresh non-zero-variance rows are inserted with birth step t and a stable prompt identity
        (a hash of the unpadded prompt token ids: verl's `uid` is a fresh uuid per step).
 
@@ -39,6 +42,7 @@ from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
 from ._compat import DataProto
+from .uids import adjacent_uid_order, split_uid_runs
 
 logger = logging.getLogger(__name__)
 
@@ -275,38 +279,6 @@ def _fill_non_tensor(key: str, fresh: np.ndarray, rows: RolloutBatch) -> np.ndar
         out[:] = [{} for _ in range(n)]
     else:
         out[:] = [None] * n
-    return out
-
-
-def adjacent_uid_order(uids: np.ndarray) -> np.ndarray:
-    """Stable permutation that makes rows of one uid adjacent (groups in order of first appearance)."""
-    _, first, inv = np.unique(np.asarray(uids).astype(str), return_index=True, return_inverse=True)
-    return np.lexsort((np.arange(len(inv)), first[inv.reshape(-1)]))
-
-
-def split_uid_runs(uids: np.ndarray, multiple: int, n_first: int = 0) -> np.ndarray:
-    """Relabel runs of equal adjacent uids so that their number divides by `multiple`.
-
-    verl's `_balance_batch` with `use_prefix_grouper` counts distinct uids and gives each DP rank as many; replay
-    rows carry one uid per stored group, so that count is arbitrary. Single rows are peeled off the end of the
-    largest runs into uids of their own, rows from index `n_first` on (the replay rows) first. Advantages are
-    already computed, so a split group only shares its prompt prefix less. Always feasible when `len(uids)` is a
-    multiple of `multiple` (every row its own uid is the limit)."""
-    out = np.asarray(uids).astype(str).astype(object)
-    n = len(out)
-    starts = [i for i in range(n) if i == 0 or out[i] != out[i - 1]]
-    runs = [[a, b] for a, b in zip(starts, starts[1:] + [n])]
-    if len(set(out.tolist())) != len(runs):
-        raise ValueError("split_uid_runs needs the rows of each uid to be adjacent (see adjacent_uid_order)")
-    deficit = -len(runs) % int(multiple)
-    if deficit > n - len(runs):
-        raise ValueError(f"{n} rows cannot hold a multiple of {multiple} distinct uids")
-    for k in range(deficit):
-        # largest run, replay runs (start >= n_first) preferred
-        run = max((r for r in runs if r[1] - r[0] > 1), key=lambda r: (r[0] >= n_first, r[1] - r[0], r[0]))
-        run[1] -= 1
-        out[run[1]] = f"{out[run[1]]}#split{k}"
-        runs.append([run[1], run[1] + 1])
     return out
 
 
