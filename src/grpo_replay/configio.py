@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -80,9 +81,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 def parse_value(text: str) -> Any:
     """A command-line value as YAML (so 3, 0.5, null, true, [1, 2] are typed); unparsable text stays a string."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, RecursionError):
         return text
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads 1e-6 (no dot) as a string; `--set lr=1e-6` means the number
+    return value
+
+
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def check_value(key: str, value: Any, annotation: Any) -> Any:

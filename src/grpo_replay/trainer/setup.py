@@ -17,6 +17,9 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
         model, tokenizer, info = warm_start(tb, progress=cfg.progress)
         task = TestbedTask(tb, tokenizer)
         return model.to(device), tokenizer, task, {"warm_start": info}
+    if cfg.generator == "vllm" and (cfg.model_file or (cfg.model or "").lower().endswith(".gguf")):
+        # VLLMGenerator builds its engine from the model's path, which for GGUF is a folder without a checkpoint.
+        raise ModelLoadError("TrainConfig.generator='vllm' cannot serve a GGUF checkpoint here; allowed with GGUF: transformers")
     model, tokenizer = load_causal_lm(cfg.model, device, model_file=cfg.model_file)
     from ..tasks.math import MathTask
 
