@@ -7,6 +7,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,7 +34,8 @@ def _name_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="local model directory or Hugging Face hub id")
+    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file")
+    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory")
     parser.add_argument(
         "--benchmarks",
         type=_name_list,
@@ -106,11 +108,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.backend == "vllm":
         from transformers import AutoTokenizer
 
+        if args.model_file or args.model.lower().endswith(".gguf"):
+            raise ValueError("--backend vllm: GGUF checkpoints are loaded through transformers here; use --backend transformers")
+
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         uses_template = settings.use_chat_template and getattr(tokenizer, "chat_template", None)
         generator = VLLMGenerator(args.model, tokenizer, add_special_tokens=not uses_template, seed=args.seed)
     else:
-        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, model_file=args.model_file)
         uses_template = settings.use_chat_template and getattr(tokenizer, "chat_template", None)
         # A chat template already writes BOS; adding special tokens again would double it.
         generator = TransformersGenerator(model, tokenizer, add_special_tokens=not uses_template)
@@ -119,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         generator,
         settings,
         tokenizer=tokenizer,
-        model_id=args.model,
+        model_id=os.path.join(args.model, args.model_file) if args.model_file else args.model,
         backend=args.backend,
         cache_dir=None if args.no_cache else Path(args.out) / "cache",
         baseline=baseline,

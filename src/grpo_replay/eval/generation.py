@@ -176,18 +176,23 @@ class VLLMGenerator:
         return [[Completion(text=o.text, num_tokens=len(o.token_ids)) for o in out.outputs] for out in outputs]
 
 
-def load_model(model: str, device: Optional[str] = None, dtype: str = "auto"):
-    """Load a causal LM and its tokenizer from a local path or a hub id, with clear errors."""
+def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", model_file: Optional[str] = None):
+    """Load a causal LM and its tokenizer from a local path, a hub id or a GGUF checkpoint (a .gguf path, or a
+    directory plus ``model_file``; see :mod:`grpo_replay.models`), with clear errors."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from ..models import resolve_model
+
+    source = resolve_model(model, model_file, field="--model", file_field="--model-file")
+    kw = source.kwargs()
     # A hub id is "name" or "org/name"; anything else that does not exist is a mistyped local path.
     looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1
-    path = os.path.expanduser(model)
-    if looks_local and not os.path.exists(path):
+    path = os.path.expanduser(model) if not kw else source.path
+    if looks_local and not os.path.exists(os.path.expanduser(model)):
         raise FileNotFoundError(f"--model {model}: path does not exist")
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **kw)
     except Exception as exc:
         raise ValueError(f"--model {model}: not a local model directory or loadable hub id ({exc})") from exc
     if device is None or device == "auto":
@@ -197,11 +202,11 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto"):
     else:
         torch_dtype = getattr(torch, dtype)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw)
     except ValueError as exc:
         raise ValueError(
             f"--model {model}: not a causal LM (config type {type(config).__name__}); {exc}"
         ) from exc
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, **kw)
     lm.to(device).eval()
     return lm, tokenizer

@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ..data import load_problems
+from .word_sums import HELDOUT_SEED, difficulty, TRAIN_ROWS, TRAIN_SEED, is_word_sums, word_sum_problems
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -20,6 +21,7 @@ class MathPrompt:
     prompt: str  # the model input text (chat template applied when the tokenizer has one)
     answer: str
     difficulty: int = 0
+    message: str = ""  # the user message before the chat template (what a chat-aware trainer such as TRL takes)
 
 
 class MathTask:
@@ -36,7 +38,16 @@ class MathTask:
         self.tokenizer = tokenizer
         self.instruction = instruction
         self.use_chat_template = use_chat_template and getattr(tokenizer, "chat_template", None) is not None
-        rows = load_problems(data, split="train", on_error=on_error)
+        self.require_boxed = True
+        if is_word_sums(data):  # the named synthetic task: bare questions, final answer graded without a box
+            self.instruction, self.require_boxed = "", False
+            rows = word_sum_problems(data, TRAIN_ROWS, TRAIN_SEED)
+            if not heldout_data:
+                held = word_sum_problems(data, n_heldout, HELDOUT_SEED)
+                self.train, self.held = [self._wrap(p) for p in rows], [self._wrap(p) for p in held]
+                return
+        else:
+            rows = load_problems(data, split="train", on_error=on_error)
         if heldout_data:
             held = load_problems(heldout_data, split="test", on_error=on_error)
             train = list(rows)
@@ -49,12 +60,13 @@ class MathTask:
         self.held = [self._wrap(p) for p in held]
 
     def _wrap(self, p) -> MathPrompt:
-        text = f"{p.problem}\n{self.instruction}"
+        text = message = f"{p.problem}\n{self.instruction}" if self.instruction else p.problem
         if self.use_chat_template:
             text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+                [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
             )
-        return MathPrompt(id=p.id, prompt=text, answer=p.answer)
+        level = difficulty(p) if p.source == "word_sums" else 0  # held-out accuracy is reported per level
+        return MathPrompt(id=p.id, prompt=text, answer=p.answer, difficulty=level, message=message)
 
     def sample_problems(self, rng: np.random.Generator, n: int) -> list[MathPrompt]:
         idx = rng.choice(len(self.train), size=n, replace=n > len(self.train))
@@ -66,4 +78,4 @@ class MathTask:
     def reward(self, completion_text: str, problem: MathPrompt) -> float:
         from ..eval.grading import grade
 
-        return 1.0 if grade(completion_text, problem.answer) else 0.0
+        return 1.0 if grade(completion_text, problem.answer, require_boxed=self.require_boxed) else 0.0

@@ -79,7 +79,9 @@ class TrainConfig:
     generator: str = "transformers"
     """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra)."""
     model: Optional[str] = None
-    """Local path or hub id of a causal LM; None = the embedded testbed's warm-started tiny model."""
+    """Local path or hub id of a causal LM, or a GGUF file (.gguf); None = the embedded testbed's warm-started tiny model."""
+    model_file: Optional[str] = None
+    """A GGUF file inside the `model` directory (or hub repo), e.g. NAME.gguf; None = a regular checkpoint."""
     data: Optional[str] = None
     """Training prompts: a JSONL file, a directory, or a Hugging Face dataset name (with --model)."""
     reward: str = "testbed"
@@ -139,6 +141,8 @@ class TrainConfig:
             bad("reward", ", ".join(REWARDS))
         if self.reward == "math" and not self.data:
             raise configio.ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
+        if self.model_file and not self.model:
+            raise configio.ConfigError("TrainConfig.model_file names a GGUF file inside TrainConfig.model; set model too")
         if self.reward == "testbed" and (self.model or self.data):
             raise configio.ConfigError(
                 "TrainConfig.model / TrainConfig.data are for real models; set reward='math' (--reward math) with them"

@@ -17,7 +17,10 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
         model, tokenizer, info = warm_start(tb, progress=cfg.progress)
         task = TestbedTask(tb, tokenizer)
         return model.to(device), tokenizer, task, {"warm_start": info}
-    model, tokenizer = load_causal_lm(cfg.model, device)
+    if cfg.generator == "vllm" and (cfg.model_file or (cfg.model or "").lower().endswith(".gguf")):
+        # VLLMGenerator builds its engine from the model's path, which for GGUF is a folder without a checkpoint.
+        raise ModelLoadError("TrainConfig.generator='vllm' cannot serve a GGUF checkpoint here; allowed with GGUF: transformers")
+    model, tokenizer = load_causal_lm(cfg.model, device, model_file=cfg.model_file)
     from ..tasks.math import MathTask
 
     task = MathTask(tokenizer, cfg.data, heldout_data=cfg.heldout_data, n_heldout=cfg.eval_problems)
@@ -28,23 +31,32 @@ class ModelLoadError(ValueError):
     """TrainConfig.model cannot be loaded as a causal LM; the message says why."""
 
 
-def load_causal_lm(name: str, device: torch.device):
-    """A causal LM and its tokenizer from a local path or hub id, with clear errors for the usual mistakes:
-    a path that does not exist (FileNotFoundError), and a folder or id without a model config, holding a
-    model that is not a causal LM, or missing its weights or tokenizer (ModelLoadError)."""
+def load_causal_lm(name: str, device: torch.device, model_file: str | None = None):
+    """A causal LM and its tokenizer from a local path, hub id or GGUF checkpoint (`grpo_replay.models`), with
+    clear errors for the usual mistakes: a path that does not exist (FileNotFoundError), and a folder or id
+    without a model config, holding a model that is not a causal LM, or missing its weights or tokenizer
+    (ModelLoadError)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from ..models import resolve_model
+
+    try:
+        source = resolve_model(name, model_file, field="TrainConfig.model", file_field="TrainConfig.model_file")
+    except ImportError as e:
+        raise ModelLoadError(str(e)) from None
+    except ValueError as e:
+        raise ModelLoadError(str(e)) from None
     p = Path(name)
     looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists()
     if looks_local and not p.expanduser().exists():
         raise FileNotFoundError(f"TrainConfig.model: {name} does not exist")
-    src = str(p.expanduser()) if looks_local else name
+    src, kw = source.path, source.kwargs()
     try:
-        config = AutoConfig.from_pretrained(src)
+        config = AutoConfig.from_pretrained(src, **kw)
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"TrainConfig.model: cannot load a model config from {name!r}: {_first_line(e)}") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, **kw)
     except ValueError:
         kind = getattr(config, "model_type", type(config).__name__)
         raise ModelLoadError(
@@ -54,7 +66,7 @@ def load_causal_lm(name: str, device: torch.device):
     except OSError as e:
         raise ModelLoadError(f"TrainConfig.model: {name!r} has a config but its weights cannot be loaded: {_first_line(e)}") from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(src)
+        tokenizer = AutoTokenizer.from_pretrained(src, **kw)
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"TrainConfig.model: {name!r} has no loadable tokenizer: {_first_line(e)}") from None
     if tokenizer.pad_token_id is None:
