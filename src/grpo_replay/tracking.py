@@ -139,8 +139,9 @@ def _open_tensorboard(log_dir: Path, config: Mapping[str, Any], first_step: int)
     import yaml
 
     # purge_step: events of an earlier process at steps >= first_step are hidden (those steps are redone).
+    fresh_dir = not any(log_dir.glob("events.out.tfevents.*"))  # e.g. tensorboard added when resuming
     writer = SummaryWriter(str(log_dir), purge_step=first_step)
-    if first_step == 0:
+    if first_step == 0 or fresh_dir:
         # Written into the run's own event file (SummaryWriter.add_hparams would open a separate sub-run).
         for s in hparams_summaries(hparams(config), {"acc_sampled": 0.0, "acc_greedy": 0.0, "reward": 0.0}):
             writer._get_file_writer().add_summary(s)

@@ -167,7 +167,8 @@ def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatc
 
 
 def test_wandb_without_login_is_a_clear_error(tmp_path, monkeypatch):
-    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    wandb.teardown()  # W&B's process-wide setup keeps the settings of an earlier (offline) run in this process
     for var in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
