@@ -3,8 +3,8 @@
 A fence's info string says what it is (GitHub renders only the first word, the language):
 - ```` ```bash run ```` / ```` ```python run ````: run by this test in a fresh temporary directory that mirrors the
   repository root (its files linked, ``../shared`` linked beside it), with ``.venv/bin`` first on PATH.
-  ``args="..."`` is appended to every line that calls ``grpo-replay`` (the small settings that keep CI fast, passed
-  through the command's own documented flags); a line ending in ``# doctest: skip ...`` is not run (it says why).
+  ``args="..."`` is appended to every line that calls ``grpo-replay`` or a ``benchmarks/`` script (the small
+  settings that keep CI fast, passed through the command's own documented flags); a line ending in ``# doctest: skip ...`` is not run (it says why).
   ``timeout=N`` (seconds) overrides the default.
 - ```` ```bash gpu ````, ```` ```bash hub ````, ```` ```bash cluster ````, ```` ```python gpu ```` ...: needs a GPU, the
   Hugging Face hub or several machines; the fence next to it must be a ``run`` fence (its CPU variant).
@@ -99,9 +99,9 @@ def shell_script(s: Snippet) -> str:
             joined = joined.rstrip()[:-1].rstrip() + " "
             continue
         line, joined = joined, ""
-        if re.search(r"#\s*doctest:\s*skip", line):
+        if re.search(r"#.*\bdoctest:\s*skip", line):
             continue
-        if extra and re.search(r"(^|[\s/])grpo-replay\s", line + " "):
+        if extra and re.search(r"(^|[\s/])grpo-replay\s|benchmarks/\S+\.py", line + " "):
             code, hash_, comment = line.partition(" #")
             line = f"{code.rstrip()} {extra}" + (f" #{comment}" if hash_ else "")
         lines.append(line)
@@ -110,7 +110,7 @@ def shell_script(s: Snippet) -> str:
 
 def test_shell_script_appends_args_and_skips(tmp_path):
     s = Snippet(ROOT / "README.md", 1, "bash", "run", {"args": "--set steps=2"},
-                "grpo-replay train --seed 1   # a comment\nbash scripts/test.sh  # doctest: skip recursion\n"
+                "grpo-replay train --seed 1   # a comment\nbash scripts/test.sh  # the suite (doctest: skip, recursion)\n"
                 "grpo-replay eval --model m \\\n    --n 2\n")
     assert shell_script(s).splitlines()[1:] == [
         "grpo-replay train --seed 1 --set steps=2 # a comment",
@@ -136,6 +136,7 @@ def test_snippet_runs(snippet: Snippet, tmp_path):
     repo = sandbox(tmp_path)
     venv_bin = ROOT / ".venv" / "bin"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", MPLBACKEND="Agg",
+               WANDB_MODE="offline", WANDB_SILENT="true",  # report_to=wandb without an account
                PATH=f"{venv_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                PYTHONPATH=str(ROOT / "src"))
     if snippet.lang in ("python", "py"):
