@@ -1,8 +1,13 @@
 """report_to: TensorBoard event files and W&B offline runs carry the trainer's metrics, config and resumes."""
 import json
 import math
+import os
+import re
 import shutil
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -166,12 +171,25 @@ def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatc
     assert seen["report_to"] == ["tensorboard", "wandb"]
 
 
-def test_wandb_without_login_is_a_clear_error(tmp_path, monkeypatch):
-    wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
-    wandb.teardown()  # W&B's process-wide setup keeps the settings of an earlier (offline) run in this process
-    for var in ("WANDB_MODE", "WANDB_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    with pytest.raises(ConfigError, match=r"report_to=wandb: .*API key.*set WANDB_MODE=offline"):
-        tracking.Tracker("wandb", tmp_path, {"seed": 0})
+def test_wandb_without_login_is_a_clear_error(tmp_path):
+    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    # A fresh process, as a user's would be: W&B keeps process-wide settings (and an earlier test's offline mode)
+    # that teardown() does not always clear, which made this check depend on the test order.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), PYTHONPATH=str(Path(tracking.__file__).parents[1]))
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from grpo_replay import tracking\n"
+        "from grpo_replay.configio import ConfigError\n"
+        "try:\n"
+        "    tracking.Tracker('wandb', Path(sys.argv[1]), {'seed': 0})\n"
+        "except ConfigError as e:\n"
+        "    print('CONFIG ERROR:', e)\n"
+        "    sys.exit(0)\n"
+        "sys.exit('no ConfigError')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert re.search(r"CONFIG ERROR: report_to=wandb: .*API key.*set WANDB_MODE=offline", proc.stdout), proc.stdout
