@@ -51,10 +51,10 @@ def _pair_counts(buf, n_draws):
 
 @pytest.mark.parametrize("max_rounds", [4, 0])
 def test_tree_sampler_is_successive_proportional(max_rounds):
-    """k = 2 of 12 takes the tree path (max_rounds 4) or the Gumbel finish alone (0): either way the pair
+    """k = 2 of 12 on the tree path (max_rounds 4) or the Gumbel finish alone (0): either way the pair
     (first, second) has probability w_a / W * w_b / (W - w_a) (chi-square over all 132 ordered pairs)."""
     buf, w = _buffer([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 0.5, 1.0, 4.0, 1.0, 2.0, 3.0], seed=1)
-    buf.sampler.MAX_ROUNDS = max_rounds
+    buf.sampler.MAX_ROUNDS, buf.sampler.TREE_MIN_ROWS = max_rounds, 0
     assert 2 * buf.sampler.TREE_MAX_FRACTION <= len(buf)  # the tree path is taken
     N = 12_000
     counts = _pair_counts(buf, N)
@@ -72,7 +72,7 @@ def test_tree_sampler_is_successive_proportional(max_rounds):
 def test_gumbel_finish_after_a_partial_tree_draw():
     """One heavy item: the i.i.d. round finds it alone; the Gumbel finish draws the rest, uniform here."""
     buf, w = _buffer([1000.0] + [1.0] * 11, seed=2)
-    buf.sampler.MAX_ROUNDS = 1
+    buf.sampler.MAX_ROUNDS, buf.sampler.TREE_MIN_ROWS = 1, 0
     seconds = np.zeros(12)
     slots = buf.storage.valid_slots().tolist()
     for _ in range(3000):
@@ -153,3 +153,17 @@ def test_concat_pads_with_zeros_to_shared_widths(same_widths):
     for name, t in ref.items():
         assert torch.equal(getattr(out, name), t), name
     assert torch.equal(out.advantages, torch.cat([a.advantages, b.advantages]))
+
+
+def test_tree_sampler_with_replacement_is_proportional():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, alpha=1.0, replacement=True), seed=4)
+    weights = [0.5, 1.0, 2.0, 4.0, 0.0, 3.0]
+    b = make_batch(n_groups=len(weights), group_size=1, seed=0)
+    b.advantages = torch.tensor(weights)
+    buf.add(b, 0)
+    buf.sampler.TREE_MIN_ROWS = 0
+    draws = buf.sampler.sample(buf.storage, 30_000, buf.rng)
+    slots = buf.storage.valid_slots().tolist()
+    counts = np.bincount([slots.index(s) for s in draws], minlength=len(weights))
+    p = np.array(weights) + 1e-6
+    assert chisquare(counts, p / p.sum() * len(draws)).pvalue > 1e-3
