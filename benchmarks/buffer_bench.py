@@ -4,7 +4,8 @@ Usage:
   .venv/bin/python benchmarks/buffer_bench.py [--sizes 1000,10000,100000,1000000] [--repeats 20]
       [--peers-python PYTHON]
 
-Every number is the median of --repeats timings (wall clock, time.perf_counter).
+Every number is the median of --repeats timings (wall clock, time.perf_counter); the paper-default parts also
+give process CPU time (all threads), which other load on the machine inflates less.
 
 1. Paper default: 11 steps x 512 fresh rows (64 prompts x 8) of ~1k completion tokens stored (tau_max = 10),
    then each step: evict, sample 256 replay rows, gather them into a padded batch, concatenate with the fresh
@@ -103,25 +104,30 @@ def bench_paper_default(repeats):
     for t in range(11):
         buf.add(fresh, t)
     n_replay = round(cfg.replay_ratio * len(fresh))
-    parts = {"evict": [], "sample": [], "gather": [], "concat": [], "add": []}
+    names = ("evict", "sample", "gather", "concat", "add")
+    parts = {k: [] for k in names}
+    cpu = {k: [] for k in names}  # process CPU time (all threads): less sensitive to other load than wall time
     for s in range(11, 11 + repeats):
-        t0 = time.perf_counter()
-        buf.evict(s)
-        t1 = time.perf_counter()
-        slots = buf.sampler.sample(buf.storage, n_replay, buf.rng)
-        t2 = time.perf_counter()
-        replay = buf.gather(slots)
-        t3 = time.perf_counter()
-        RolloutBatch.concat([fresh, replay])
-        t4 = time.perf_counter()
-        buf.add(fresh, s)
-        t5 = time.perf_counter()
-        for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
-            parts[k].append(v * 1e3)
+        steps = (lambda: buf.evict(s), lambda: buf.sampler.sample(buf.storage, n_replay, buf.rng), None, None,
+                 lambda: buf.add(fresh, s))
+        out = None
+        for k, fn in zip(names, steps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            if k == "gather":
+                replay = buf.gather(out)
+            elif k == "concat":
+                RolloutBatch.concat([fresh, replay])
+            else:
+                out = fn()
+            parts[k].append((time.perf_counter() - t0) * 1e3)
+            cpu[k].append((time.process_time() - c0) * 1e3)
     med = {k: statistics.median(v) for k, v in parts.items()}
     book = [sum(parts[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
+    book_cpu = [sum(cpu[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
     return {"stored": len(buf), "fresh": len(fresh), "replay": n_replay, "fresh_tokens": int(fresh.completion_mask.sum()),
-            "ms": med, "bookkeeping_ms": statistics.median(book), "bytes_per_rollout": buf.storage.nbytes() / len(buf)}
+            "ms": med, "cpu_ms": {k: statistics.median(v) for k, v in cpu.items()},
+            "bookkeeping_ms": statistics.median(book), "bookkeeping_cpu_ms": statistics.median(book_cpu),
+            "bytes_per_rollout": buf.storage.nbytes() / len(buf)}
 
 
 def bench_peers(repeats, sizes=PEER_SIZES):
@@ -143,7 +149,7 @@ def bench_peers(repeats, sizes=PEER_SIZES):
 
             trb = TRB(storage=LazyTensorStorage(n), sampler=PrioritizedSampler(max_capacity=n, alpha=0.5, beta=0.0), batch_size=512)
             trb.extend(TensorDict({"a": torch.zeros(n)}, batch_size=[n]))
-            trb.update_priority(torch.arange(n), torch.from_numpy(prio))
+            trb.update_priority(torch.arange(n), torch.from_numpy(prio).float())
             row["torchrl"] = timeit(lambda: trb.sample(), repeats)
         except Exception as e:  # not installed, or its C++ segment tree not built for this torch
             row["torchrl"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -170,8 +176,11 @@ def main():
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--peers-python", default=None, help="interpreter with torchrl and cpprb installed")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     ap.add_argument("--peers-only", action="store_true", help=argparse.SUPPRESS)  # the child process
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if a.peers_only:
         print(json.dumps({"machine": machine(), "rows": bench_peers(a.repeats)}))
         return
@@ -182,8 +191,9 @@ def main():
         f"\npaper default: {p['stored']:,} stored rollouts (~1k completion tokens, {p['bytes_per_rollout']:.0f} bytes each "
         f"in the padded arena); a step of {p['fresh']} fresh rows ({p['fresh_tokens']:,} completion tokens) + "
         f"{p['replay']} replay rows, median of {a.repeats}:\n"
-        + "".join(f"  {k}: {v:.2f} ms\n" for k, v in ms.items())
-        + f"  bookkeeping (evict + sample + gather + add): {p['bookkeeping_ms']:.2f} ms (target < 5: "
+        + "".join(f"  {k}: {v:.2f} ms (CPU time {p['cpu_ms'][k]:.2f} ms)\n" for k, v in ms.items())
+        + f"  bookkeeping (evict + sample + gather + add): {p['bookkeeping_ms']:.2f} ms, CPU time "
+        f"{p['bookkeeping_cpu_ms']:.2f} ms (target < 5: "
         f"{'met' if p['bookkeeping_ms'] < 5 else 'missed'}); padded concat: {ms['concat']:.2f} ms (target < 3: "
         f"{'met' if ms['concat'] < 3 else 'missed'})"
     )
@@ -193,7 +203,8 @@ def main():
         r = bench_size(n, a.repeats)
         print(f"| {n:,} | {r['sample512_ms']:.2f} | {r['step_ms']:.2f} | {r['bytes_per_rollout']:.0f} |", flush=True)
     if a.peers_python:
-        res = subprocess.run([a.peers_python, __file__, "--peers-only", "--repeats", str(a.repeats)],
+        threads = ["--threads", str(a.threads)] if a.threads else []
+        res = subprocess.run([a.peers_python, __file__, "--peers-only", "--repeats", str(a.repeats), *threads],
                              capture_output=True, text=True, check=False)
         if res.returncode != 0:
             print(f"\npeers: {a.peers_python} failed:\n{res.stderr[-2000:]}")

@@ -25,9 +25,10 @@ from .storage import RolloutStorage
 
 class PrioritizedSampler:
     # Use the tree from TREE_MIN_ROWS stored rows (below, one linear pass costs less than the tree's
-    # per-level numpy calls) while k <= N / TREE_MAX_FRACTION (beyond, duplicates make i.i.d. rounds
-    # wasteful). MAX_ROUNDS bounds the i.i.d. rounds before the Gumbel finish.
-    TREE_MIN_ROWS = 4096
+    # per-level numpy calls: measured 0.18 vs 0.44 ms at 10k, 1.7 vs 0.55 ms at 100k) while
+    # k <= N / TREE_MAX_FRACTION (beyond, duplicates make i.i.d. rounds wasteful). MAX_ROUNDS bounds the
+    # i.i.d. rounds before the Gumbel finish.
+    TREE_MIN_ROWS = 32768
     TREE_MAX_FRACTION = 4
     MAX_ROUNDS = 4
 
