@@ -167,3 +167,20 @@ def test_tree_sampler_with_replacement_is_proportional():
     counts = np.bincount([slots.index(s) for s in draws], minlength=len(weights))
     p = np.array(weights) + 1e-6
     assert chisquare(counts, p / p.sum() * len(draws)).pvalue > 1e-3
+
+
+def test_ref_arena_only_with_ref_rows_and_ref_added_after_wider_rows_round_trips(tmp_path):
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=0), seed=0)
+    buf.add(make_batch(2, 2, seed=1, max_completion=12), 0)
+    assert buf.storage.arena["ref"].shape[1] == 0  # no reference log-probs stored: no ref arena
+    buf.evict(1)  # empty: the next rows may carry ref_logps
+    b = make_batch(2, 2, seed=2, max_completion=5, with_ref=True)
+    buf.add(b, 1)
+    assert buf.storage.arena["ref"].shape[1] < buf.storage.arena["comp_ids"].shape[1]
+    buf.save(tmp_path / "b")
+    loaded = ReplayBuffer.load(tmp_path / "b")
+    for x in (buf, loaded):
+        out = x.gather(x.storage.valid_slots())
+        for i in range(len(b)):
+            c = int(b.completion_mask[i].sum())
+            assert torch.equal(out.ref_logps[i, :c], b.ref_logps[i, :c])
