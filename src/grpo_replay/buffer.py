@@ -47,12 +47,12 @@ class ReplayBuffer:
         """Insert fresh rows generated at optimizer step `step` (birth step). Returns rows added.
 
         Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
-        is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids may repeat across calls.
+        is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids
+        may repeat across calls.
         """
         n = len(batch)
         if n == 0:
             return 0
-        self._see(step)
         if bool(batch.is_replay.any()):
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
@@ -86,6 +86,7 @@ class ReplayBuffer:
             "prompt_len": plen,
         }
         self.storage.add(scalars, prompt, completion)
+        self._see(step)
         self.total_added += n
         evict = self.capacity_eviction.select(self.storage)
         self.storage.remove(evict)

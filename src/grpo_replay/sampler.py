@@ -1,11 +1,12 @@
 """Prioritized sampling over stored rollouts (or whole groups), from a seeded numpy generator.
 
-Without replacement the draw is Gumbel-top-k in its exponential form: key_i = E_i / w_i with E_i ~ Exp(1);
-the k smallest keys are a sample of k items drawn one after another with probability proportional to w
-among those not yet drawn (Efraimidis & Spirakis 2006). It costs one vectorised pass, no tree to maintain,
-and the weights are frozen at insertion, so nothing is recomputed per draw. Keys are continuous, so ties
-have probability zero; argsort is stable anyway, so a tie would resolve by slot order, never by comparing
-records.
+Without replacement the target distribution is successive sampling: k items drawn one after another,
+each with probability proportional to w among those not yet drawn. Two exact ways to draw it are used.
+
+Gumbel-top-k in its exponential form (Efraimidis & Spirakis 2006): key_i = E_i / w_i with E_i ~ Exp(1),
+the k smallest keys in order. One vectorised pass over every stored weight; used for group units, when k
+is a large share of N, and to finish a tree draw. Keys are continuous, so ties have probability zero;
+argsort is stable anyway, so a tie would resolve by slot order, never by comparing records.
 
 At rollout granularity the sampler usually avoids touching every stored weight: it draws i.i.d. slots
 from the storage's sum tree (O(log N) each) and keeps each slot's first occurrence, in order. That
@@ -23,8 +24,11 @@ from .storage import RolloutStorage
 
 
 class PrioritizedSampler:
-    # Use the tree while k <= N / TREE_MAX_FRACTION; beyond that duplicates make i.i.d. rounds wasteful and
-    # one linear pass is cheap anyway. MAX_ROUNDS bounds the rounds before the Gumbel finish.
+    # Use the tree from TREE_MIN_ROWS stored rows (below, one linear pass costs less than the tree's
+    # per-level numpy calls: measured 0.18 vs 0.44 ms at 10k, 1.7 vs 0.55 ms at 100k) while
+    # k <= N / TREE_MAX_FRACTION (beyond, duplicates make i.i.d. rounds wasteful). MAX_ROUNDS bounds the
+    # i.i.d. rounds before the Gumbel finish.
+    TREE_MIN_ROWS = 32768
     TREE_MAX_FRACTION = 4
     MAX_ROUNDS = 4
 
@@ -37,7 +41,7 @@ class PrioritizedSampler:
         groups, whole groups until at least n_rows rows (the last group may overshoot)."""
         if n_rows <= 0 or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
-        if not self.by_group and storage.tree.total > 0:
+        if not self.by_group and len(storage) >= self.TREE_MIN_ROWS and storage.tree.total > 0:
             if self.replacement:
                 return self._tree_iid(storage, n_rows, rng)
             if n_rows * self.TREE_MAX_FRACTION <= len(storage):

@@ -134,9 +134,9 @@ class RolloutStorage:
             new = np.zeros((self.slots, prompt_width), np.int32)
             new[:, prompt_width - P :] = self.prompt_ids
             self.prompt_ids = new
-        C = self.arena["comp_ids"].shape[1]
-        if comp_width > C:
-            for k, a in self.arena.items():
+        for k, a in self.arena.items():
+            C = a.shape[1]
+            if comp_width > C and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
                 new = np.zeros((self.slots, comp_width), a.dtype)
                 new[:, :C] = a
                 self.arena[k] = new
@@ -220,9 +220,9 @@ class RolloutStorage:
         return self.prompt_ids[slot, W - p :], a["comp_ids"][slot, :c], a["logps"][slot, :c], a["mask"][slot, :c], ref
 
     def nbytes(self) -> int:
-        """Bytes held: columns, arenas (every allocated slot at the arena's width) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.prompt_ids, self.tree.t]
-        arrays += [a for k, a in self.arena.items() if k != "ref" or self.has_ref]
+        """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
+        rows carry reference log-probs) and the sum tree."""
+        arrays = [*self._cols.values(), self.valid, self.prompt_ids, self.tree.t, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -233,9 +233,11 @@ class RolloutStorage:
         plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
         W = self.prompt_ids.shape[1]
         pkeep = np.arange(W)[None, :] >= (W - plen)[:, None]
-        C = self.arena["comp_ids"].shape[1]
-        ckeep = np.arange(C)[None, :] < clen[:, None]
-        flat = lambda k: self.arena[k][slots][ckeep]  # noqa: E731  row-major order = concatenation order
+
+        def flat(k: str) -> np.ndarray:  # row-major order of the kept positions = concatenation order
+            a = self.arena[k]
+            return a[slots][np.arange(a.shape[1])[None, :] < clen[:, None]]
+
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
         state: dict[str, Any] = {
@@ -280,9 +282,10 @@ class RolloutStorage:
         self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, P, np.int32, left=True)
         self.arena = {}
         for k, dt in COMPLETION_FIELDS.items():
-            self.arena[k] = np.zeros((n_slots, C), dt)
             if k == "ref" and not self.has_ref:
+                self.arena[k] = np.zeros((n_slots, 0), dt)
                 continue
+            self.arena[k] = np.zeros((n_slots, C), dt)
             self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
         self.tree = SumTree(n_slots)
         self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
