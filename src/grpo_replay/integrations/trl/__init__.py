@@ -24,7 +24,7 @@ def _check_trl_version() -> str:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             f"grpo_replay.integrations.trl needs TRL ({SUPPORTED_TRL_TEXT}); install it with "
-            f"`pip install 'grpo-replay[trl]'` or `pip install '{SUPPORTED_TRL_TEXT}'`"
+            f"`pip install -e '.[trl]'` in a grpo-replay checkout or `pip install '{SUPPORTED_TRL_TEXT}'`"
         ) from e
     from packaging.version import Version
 
