@@ -9,6 +9,8 @@ warm-start cache (so the warm start is part of what is measured). The figures it
   compares them with docs/figures.json within TOLERANCE_PP percentage points (0.5: float noise across CPU kinds);
 - timings (wall-clock seconds): recorded with the machine they were measured on, never checked.
 The README block between the `figures:quickstart` markers is generated from docs/figures.json (commit included).
+Without --check the script also trains plain GRPO from the same warm start and redraws the README's picture,
+`grpo-replay plot <paper run> <grpo run> --out docs/plot/paper_vs_grpo.png` (its table beside it as CSV/JSON).
 """
 from __future__ import annotations
 
@@ -30,13 +32,19 @@ TOLERANCE_PP = 0.5
 COMMAND = "grpo-replay train --no-progress"  # the README's main job (the progress bar off: no terminal here)
 
 
-def run_main_job(workdir: Path, extra: list[str]) -> dict:
+PLOT = ROOT / "docs" / "plot" / "paper_vs_grpo.png"
+
+
+def cli(workdir: Path, *args: str) -> None:
     env = dict(os.environ, GRPO_REPLAY_CACHE=str(workdir / "cache"), HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT / "src"))
-    out = workdir / "run"
+    subprocess.run([sys.executable, "-m", "grpo_replay.cli", *args], check=True, env=env, cwd=workdir)
+
+
+def run_main_job(workdir: Path, extra: list[str]) -> dict:
+    out = workdir / "paper-seed0"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "grpo_replay.cli", "train", "--no-progress", "--out", str(out), *extra],
-                   check=True, env=env, cwd=workdir)
+    cli(workdir, "train", "--no-progress", "--out", str(out), *extra)
     seconds = time.perf_counter() - t0
     summary = json.loads((out / "summary.json").read_text())
     ws = summary["setup"]["warm_start"]
@@ -109,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="grpo-replay-figures-") as tmp:
         measured = run_main_job(Path(tmp), [])
+        if not args.check:  # the README's picture: the main job next to plain GRPO from the same (cached) warm start
+            cli(Path(tmp), "train", "--no-progress", "--preset", "grpo", "--out", str(Path(tmp) / "grpo-seed0"))
+            cli(Path(tmp), "plot", "paper-seed0", "grpo-seed0", "--out", str(PLOT))
     if args.check:
         recorded = json.loads(args.figures.read_text())
         problems = drift(recorded, measured)
