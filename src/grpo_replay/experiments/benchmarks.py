@@ -51,7 +51,7 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:
-            raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+            raise ValueError(f"--eval-{name.replace('_', '-')}={getattr(self, name)!r} is invalid; allowed: {allowed}")
 
         if not self.benchmarks:
             raise ValueError("--benchmarks: at least one benchmark is required")
