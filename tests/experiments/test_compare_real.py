@@ -35,9 +35,26 @@ def _argv(model, out, *extra):
             "--out", str(out), "--no-progress", *TINY, *EVAL, *extra]
 
 
+def _hf_copy(gguf, dest):
+    """SmolLM2 as a Hugging Face folder (float32 weights dequantized from the GGUF file, and its tokenizer).
+
+    On this branch a GGUF-loaded model keeps transformers' "quantized" flag, so the trainer's checkpoint
+    (`save_pretrained`) refuses it ("quantized with gguf and is not serializable"); h-realmodel's `as_plain_model`
+    removes the flag at load time. Until that is merged the test trains the same weights from a plain folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(dest)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def real_out(tmp_path_factory):
-    model = _smollm2()
+    model = _hf_copy(_smollm2(), tmp_path_factory.mktemp("smollm2-hf"))
     out = tmp_path_factory.mktemp("compare-real")
     assert main(_argv(model, out)) == 0
     return model, out
@@ -77,11 +94,11 @@ def test_every_stage_ran_and_the_table_has_every_arm_and_benchmark(real_out):
     assert abs(g["mean"]["mean"] - sum(g[b]["mean"] for b in BENCHMARKS) / 5) < 1e-12
 
     md = (out / "report" / "report.md").read_text()
-    assert "SmolLM2-135M-Instruct.Q4_1.gguf (real setting)" in md.splitlines()[0]
+    assert "smollm2-hf0 (real setting)" in md.splitlines()[0]
     header = next(line for line in md.splitlines() if line.startswith("| arm | seeds |"))
     assert all(b in header for b in BENCHMARKS) and "| mean |" in header
-    rows = [line for line in md.splitlines() if line.startswith("| GRPO (no replay) | 1 |") or line.startswith("| paper: |A")]
-    assert len(rows) >= 2
+    for label in ("| GRPO (no replay) | 1 | ", "| paper: \\|A\\| + fresh-anchored + tau_max=10 | 1 | "):  # the accuracy rows
+        assert any(line.startswith(label) and line.replace("\\|", "").count("|") == len(BENCHMARKS) + 5 for line in md.splitlines()), label
     for section in ("The paper's table", "pass@k (%, unbiased", "AES vs GRPO", "The paper's claims on the benchmarks",
                     "During training: the held-out split"):
         assert section in md, section
@@ -90,12 +107,12 @@ def test_every_stage_ran_and_the_table_has_every_arm_and_benchmark(real_out):
 
 def test_rerun_resumes_without_redoing_anything(real_out, capsys):
     model, out = real_out
-    before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/bench/*.json")}
+    before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/bench/*.json") if p.name != PRUNED}
     assert len(before) == 2 * len(BENCHMARKS)
     assert main(_argv(model, out)) == 0
     err = capsys.readouterr().err
     assert "runs to do" not in err and "evaluating" not in err
-    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/bench/*.json")} == before
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/bench/*.json") if p.name != PRUNED} == before
     res = json.loads((out / "report" / "results.json").read_text())
     assert res["run_info"]["ran"] == 0 and res["run_info"]["eval"]["evaluated"] == 0
 
