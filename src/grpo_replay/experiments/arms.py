@@ -175,6 +175,28 @@ FULL = Setting(
 
 SETTINGS = {"quick": QUICK, "full": FULL}
 
+# A real model (`compare --model ...`): the trainer's defaults with the paper's learning rate for 0.6B-4B models and a
+# small held-out check during training; the paper's table comes from the benchmark stage (benchmarks.py). The
+# command adds model, data, reward and backend; --set overrides any of these.
+REAL = Setting(
+    name="real",
+    overrides={
+        "reward": "math",
+        "lr": 1e-6,
+        "steps": 150,
+        "prompts_per_step": 32,
+        "group_size": 8,
+        "eval_every": 50,
+        "eval_problems": 64,
+        "eval_samples": 4,
+        "checkpoint_every": 50,
+        "keep_checkpoints": 1,
+    },
+    seeds=3,
+    comparisons=("main",),
+    budgets=3,
+)
+
 
 def comparison_arms(name: str, only_arms: Optional[tuple[str, ...]] = None) -> tuple[str, ...]:
     arms = COMPARISONS[name].arms

@@ -12,7 +12,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from .arms import COMPARISONS, PRIORITY_ORDER, SETTINGS, arms_for, make_arms
+from ..data import BENCHMARKS
+from .arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
+from .benchmarks import BenchSettings, evaluate_all, missing_benchmarks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +35,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
     p.add_argument("--no-progress", action="store_true", help="Print one line per finished run instead of a bar.")
+    p.add_argument("--arms", default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
+                   "default: every arm of the comparisons.")
+    g = p.add_argument_group(
+        "real model: train every arm and seed, then evaluate each final checkpoint on the benchmarks (the paper's table)")
+    g.add_argument("--model", default=None, help="Causal LM to train: local directory, hub id or .gguf file (turns on this mode).")
+    g.add_argument("--model-file", default=None, help="A GGUF file (NAME.gguf) inside the --model directory.")
+    g.add_argument("--data", default=None, help="Training prompts: JSONL file, directory, dataset name, or word_sums.")
+    g.add_argument("--reward", default=None, help="Reward: math (the only one for a real model; default with --model).")
+    g.add_argument("--backend", default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
+    g.add_argument("--benchmarks", default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
+    g.add_argument("--data-dir", default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data).")
+    g.add_argument("--eval-n", type=int, default=16, help="Samples per benchmark problem (default 16).")
+    g.add_argument("--eval-k", default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
+    g.add_argument("--eval-temperature", type=float, default=0.6)
+    g.add_argument("--eval-top-p", type=float, default=0.95)
+    g.add_argument("--eval-max-new-tokens", type=int, default=4096)
+    g.add_argument("--eval-limit", type=int, default=None, help="At most N problems per benchmark.")
+    g.add_argument("--eval-backend", default="transformers", help="transformers (default) or vllm (GPU).")
+    g.add_argument("--eval-batch-size", type=int, default=8, help="Problems per generation call.")
+    g.add_argument("--eval-device", default="auto", help="auto | cpu | cuda[:i] (transformers backend).")
+    g.add_argument("--keep-checkpoints", action="store_true",
+                   help="Keep each run's final checkpoint after its evaluation (default: deleted once every benchmark is done).")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -49,6 +73,19 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--set", item]
     if getattr(args, "report_to", None):
         parts += ["--report-to", *args.report_to]
+    for flag, name in (("--arms", "arms"), ("--model", "model"), ("--model-file", "model_file"), ("--data", "data"),
+                       ("--reward", "reward"), ("--backend", "backend"), ("--benchmarks", "benchmarks"),
+                       ("--data-dir", "data_dir"), ("--eval-k", "eval_k"), ("--eval-limit", "eval_limit")):
+        v = getattr(args, name, None)
+        if v is not None:
+            parts += [flag, str(v)]
+    if getattr(args, "model", None) is not None:
+        for flag, name in (("--eval-n", "eval_n"), ("--eval-temperature", "eval_temperature"), ("--eval-top-p", "eval_top_p"),
+                           ("--eval-max-new-tokens", "eval_max_new_tokens"), ("--eval-backend", "eval_backend")):
+            parts += [flag, str(getattr(args, name))]
+    for flag, name in (("--keep-checkpoints", "keep_checkpoints"),):
+        if getattr(args, name, False):
+            parts.append(flag)
     for flag, name in (("--report-only", "report_only"), ("--no-progress", "no_progress")):
         if getattr(args, name):
             parts.append(flag)
@@ -61,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from .runner import execute, plan
 
     setting = SETTINGS["quick" if args.quick else "full"]
+    try:
+        setting, bench = _real_mode(args, setting)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"grpo-replay compare: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out or f"runs/compare-{setting.name}")
     report_dir = Path(args.report_dir) if args.report_dir else out / "report"
     comparisons = tuple(setting.comparisons)
@@ -92,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         base_overrides = {**setting.overrides, **extra}
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
-        names = arms_for(comparisons, setting.only_arms)
+        names = _arm_names(args.arms, comparisons, setting, arms)
         specs = plan([arms[n] for n in names], list(range(n_seeds)), base_overrides, out, cache_dir)
     except configio.ConfigError as e:
         print(f"grpo-replay compare: config error: {e}", file=sys.stderr)
@@ -100,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         for s in specs:
-            print(f"{'done' if s.done else 'todo'}  {s.arm:<13} seed {s.seed}  {s.run_dir}")
+            todo_b = f"  benchmarks to evaluate: {','.join(missing_benchmarks(s.run_dir, bench)) or 'none'}" if bench else ""
+            print(f"{'done' if s.done else 'todo'}  {s.arm:<13} seed {s.seed}  {s.run_dir}{todo_b}")
         print(f"{len(specs)} runs ({sum(s.done for s in specs)} finished); comparisons: {', '.join(comparisons)}")
         return 0
 
@@ -108,7 +151,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.report_only:
         res = execute(specs, jobs, progress=not args.no_progress)
         info.update(res)
-    results = build_report(specs, arms, setting, list(comparisons), report_dir, command_line(args), extra, info)
+        if bench is not None:  # the benchmark stage: every finished run's final checkpoint
+            ev = evaluate_all(specs, bench, jobs, log=lambda m: print(m, file=sys.stderr, flush=True))
+            info["eval"] = {k: v for k, v in ev.items() if k != "failed"}
+            info["failed"] = list(info["failed"]) + [{**f, "error": "evaluation: " + f["error"]} for f in ev["failed"]]
+    results = build_report(specs, arms, setting, list(comparisons), report_dir, command_line(args), extra, info, bench=bench)
     print(f"grpo-replay compare: report in {report_dir / 'report.md'}")
     for c in results.get("claims", []):
         print(f"  {c['claim']}: {c['verdict']}")
@@ -117,6 +164,71 @@ def run(args: argparse.Namespace) -> int:
         for f in info["failed"]:
             print(f"  {f['arm']} seed {f['seed']} ({f['run_dir']}): {f['error'].splitlines()[0]}", file=sys.stderr)
         return 1
-    if results.get("missing_runs"):
+    if results.get("missing_runs") or (results.get("paper_table") or {}).get("missing_runs"):
         return 1 if not args.report_only else 0
     return 0
+
+
+def _real_mode(args: argparse.Namespace, setting):
+    """(setting, BenchSettings) for `--model` (the real-model setting plus the benchmark stage); else (setting, None).
+    Raises ValueError naming the flag and its allowed values."""
+    from dataclasses import replace
+
+    model = getattr(args, "model", None)
+    if model is None:
+        for flag, name in (("--model-file", "model_file"), ("--data", "data"), ("--benchmarks", "benchmarks"), ("--eval-limit", "eval_limit")):
+            if getattr(args, name, None) is not None:
+                raise ValueError(f"{flag} is for a real model; give --model too (without it compare runs the embedded testbed)")
+        if getattr(args, "reward", None) not in (None, "testbed"):
+            raise ValueError(f"--reward {args.reward!r} needs --model; the embedded testbed uses its own reward")
+        if getattr(args, "backend", None) is not None:
+            setting = replace(setting, overrides={**setting.overrides, "backend": args.backend})
+        return setting, None
+    if args.quick:
+        raise ValueError("--quick is the embedded testbed; with --model set small budgets with --set (steps=..., ...)")
+    if (args.reward or "math") != "math":
+        raise ValueError(f"--reward {args.reward!r} is invalid with --model; allowed: math")
+    if not args.data:
+        raise ValueError("--model needs --data: the training prompts (a JSONL file, a directory, a dataset name, or word_sums)")
+    from ..models import resolve_model
+
+    resolve_model(model, args.model_file, field="--model", file_field="--model-file")  # a missing file fails now
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:  # a local path, not a hub id "org/name"
+        if not os.path.exists(os.path.expanduser(model)):
+            raise FileNotFoundError(f"--model {model}: path does not exist")
+    backend = args.backend or "builtin"
+    if backend not in ("builtin", "trl"):
+        raise ValueError(f"--backend {backend!r} is invalid; allowed: builtin, trl (verl: one launch per arm, see docs/paper_table.md)")
+    ov = {**REAL.overrides, "model": model, "data": args.data, "backend": backend}
+    if args.model_file:
+        ov["model_file"] = args.model_file
+    benchmarks = tuple(b.strip() for b in (args.benchmarks or ",".join(BENCHMARKS)).split(",") if b.strip())
+    try:
+        ks = tuple(int(k) for k in args.eval_k.split(",") if k.strip()) if args.eval_k else tuple(
+            k for k in (1, 2, 4, 8, 16, 32, 64) if k <= args.eval_n)
+    except ValueError:
+        raise ValueError(f"--eval-k {args.eval_k!r} is invalid; allowed: comma-separated integers 1 <= k <= --eval-n") from None
+    bench = BenchSettings(
+        benchmarks=benchmarks, n=args.eval_n, ks=ks, temperature=args.eval_temperature, top_p=args.eval_top_p,
+        max_new_tokens=args.eval_max_new_tokens, limit=args.eval_limit, data_dir=args.data_dir, backend=args.eval_backend,
+        batch_size=args.eval_batch_size, device=args.eval_device, keep_checkpoints=args.keep_checkpoints,
+    )
+    from ..eval.runner import load_benchmark
+
+    for b in benchmarks:  # a missing benchmark file fails now, not after hours of training
+        if not load_benchmark(b, args.data_dir, 1):
+            raise ValueError(f"--benchmarks: {b} has no problems")
+    return replace(REAL, overrides=ov), bench
+
+
+def _arm_names(arms_arg, comparisons, setting, arms: dict) -> list[str]:
+    """The arms to run: --arms (grpo always first) or every arm of the comparisons."""
+    from .. import configio
+
+    if not arms_arg:
+        return arms_for(comparisons, setting.only_arms)
+    want = [a.strip() for a in arms_arg.split(",") if a.strip()]
+    bad = [a for a in want if a not in arms]
+    if bad:
+        raise configio.ConfigError(f"--arms: unknown arm(s) {bad}; allowed: {', '.join(arms)}")
+    return [BASE] + [a for a in dict.fromkeys(want) if a != BASE]

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from . import plots
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
+from .benchmarks import BenchSettings
 from .claims import check_claims
 from .runner import RunSpec
 from .stats import CONFIDENCE, ArmStats, Run, arm_stats, choose_budgets, curve_grid, load_run
@@ -24,8 +25,12 @@ def build_report(
     command: str,
     extra_overrides: Optional[dict] = None,
     run_info: Optional[dict] = None,
+    bench: Optional["BenchSettings"] = None,
 ) -> dict[str, Any]:
-    """Write report.md, results.json, results.csv, runs.csv and the PNGs into report_dir; return the results."""
+    """Write report.md, results.json, results.csv, runs.csv and the PNGs into report_dir; return the results.
+
+    With `bench` (a real-model comparison), the paper's table from the benchmark stage comes first
+    (paper_table.csv too) and the claims are judged on the benchmarks' mean accuracy instead of the held-out set."""
     report_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[Run]] = {}
     missing = []
@@ -38,6 +43,7 @@ def build_report(
     # † marks arms that generate more rollouts per step than the rest (not at the same generation budget).
     labels = {a.name: a.label + ("" if a.same_budget else " †") for a in arms.values()}
     results: dict[str, Any] = {
+        "title": _title(setting, extra_overrides),
         "command": command,
         "setting": setting.name,
         "overrides": {**setting.overrides, **(extra_overrides or {})},
@@ -62,6 +68,17 @@ def build_report(
     grid = curve_grid([r for rs in runs.values() for r in rs])
     stats = {a: arm_stats(rs, base_by_seed, budgets, ks, grid) for a, rs in runs.items()}
     claims = check_claims(runs)
+    table_md = ""
+    if bench is not None:
+        from . import paper_table
+
+        bruns, bmissing = paper_table.load_bench_runs(specs, bench)
+        tstats = paper_table.table_stats(bruns, bench.labels(), list(bench.ks))
+        claims = check_claims(paper_table.claim_runs(bruns))
+        results["bench_settings"] = bench.to_dict()
+        results["paper_table"] = {"missing_runs": bmissing, "arms": _jsonable(tstats)}
+        paper_table.write_csv(report_dir / "paper_table.csv", tstats)
+        table_md = paper_table.markdown(tstats, list(runs), labels, bench, bmissing)
     results["budgets"] = budgets
     results["claims"] = claims
     results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
@@ -76,12 +93,12 @@ def build_report(
     tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
     if "tau_max" in comparisons and tau_arms:
         files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))
-    results["files"] = [f.name for f in files] + ["report.md", "results.json", "results.csv", "runs.csv"]
+    results["files"] = [f.name for f in files] + ["report.md", "results.json", "results.csv", "runs.csv"] + (["paper_table.csv"] if bench else [])
 
     _write_csv(report_dir / "results.csv", stats, budgets)
     _write_runs_csv(report_dir / "runs.csv", runs)
     (report_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
-    (report_dir / "report.md").write_text(_markdown(results, stats, runs, labels, comparisons, budgets, files))
+    (report_dir / "report.md").write_text(_markdown(results, stats, runs, labels, comparisons, budgets, files, table_md))
     return results
 
 
@@ -118,10 +135,17 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
 
 
-def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, budgets, files) -> str:
+def _title(setting: Setting, extra: Optional[dict]) -> str:
+    model = {**setting.overrides, **(extra or {})}.get("model")
+    where = f"{Path(str(model)).name}" if model else "the embedded testbed"
+    return f"grpo-replay compare: the paper's comparisons on {where} ({setting.name} setting)"
+
+
+def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, budgets, files, table_md: str = "") -> str:
     seeds = results["seeds"]
+    real = bool(table_md)
     lines = [
-        f"# grpo-replay compare: the paper's comparisons on the embedded testbed ({results['setting']} setting)",
+        f"# {results['title']}",
         "",
         "Made by:",
         "",
@@ -143,7 +167,7 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         "",
     ]
     warm = [(r.seed, r.warm_start) for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)]
-    if warm:
+    if warm and any(w.get("step") is not None for _, w in warm):
         lines += ["Warm starts (one per seed, shared by all arms): " + "; ".join(
             f"seed {s}: pass@1 {(w.get('pass_rate') if w.get('pass_rate') is not None else float('nan')):.3f} at step {w.get('step')} ({w.get('stop_reason')})"
             for s, w in warm) + ".", ""]
@@ -155,12 +179,18 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
     if results["missing_runs"]:
         lines += [f"**Missing (unfinished or failed) runs, left out of every number:** {', '.join(results['missing_runs'])}", ""]
 
-    lines += ["## The paper's claims on the testbed", ""]
+    if real:
+        lines += [table_md, ""]
+    lines += ["## The paper's claims on the " + ("benchmarks (mean accuracy over them)" if real else "testbed"), ""]
     lines.append(_table(["claim", "verdict", "evidence"], [[c["claim"], f"**{c['verdict']}**", "<br>".join(c["evidence"]) or "–"] for c in results["claims"]]))
     lines += ["", "Verdicts: *holds* = paired difference in the claimed direction with a 95 % CI excluding 0; "
               "*direction agrees, not significant* = right sign, CI includes 0; *does not hold* = wrong sign or zero (within 1e-9); "
               "*not tested* = an arm is missing in this setting.", ""]
 
+    if real:
+        lines += ["# During training: the held-out split of the training data", "",
+                  "The tables below are the trainer's own evaluations on held-out training prompts (`eval_problems`, "
+                  "`eval_samples`), at fixed generated-rollout budgets; the table above is the benchmarks.", ""]
     for c in comparisons:
         comp = results["comparisons"].get(c)
         if not comp:
