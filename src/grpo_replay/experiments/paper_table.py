@@ -15,6 +15,7 @@ from ..eval.metrics import aes, relative_change
 from ..eval.runner import summarize
 from .arms import BASE
 from .benchmarks import BenchSettings, load_results
+from .report import _acc  # one confidence-interval formatter for both tables
 from .runner import RunSpec
 from .stats import Run, ci
 
@@ -90,14 +91,6 @@ def claim_runs(runs: dict[str, list[BenchRun]]) -> dict[str, list[Run]]:
 
 
 # ------------------------------------------------------------------------------------------- formatting
-def _acc(c: dict) -> str:
-    if not c or c.get("mean") is None:
-        return "n/a"
-    if c.get("lo") is None:
-        return f"{100 * c['mean']:.1f}"
-    return f"{100 * c['mean']:.1f} [{100 * c['lo']:.1f}, {100 * c['hi']:.1f}]"
-
-
 def _diff(c: dict, scale: float = 100.0, unit: str = "", fmt: str = "{:+.1f}") -> str:
     if not c or c.get("mean") is None:
         return "–"
