@@ -1,20 +1,19 @@
-"""`grpo-replay train --backend trl`: the testbed through `ReplayGRPOTrainer`, evaluated like the built-in run."""
+"""`grpo-replay train --backend trl`: the testbed through `ReplayGRPOTrainer`, evaluated like the built-in run
+(a real model with `--reward math`: `trl_real.py`)."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 from ..config import ReplayConfig
-from ..configio import ConfigError
 from .config import TrainConfig
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.reward != "testbed":
-        raise ConfigError(
-            "TrainConfig.backend='trl' runs the embedded testbed; for a real model use ReplayGRPOTrainer directly "
-            "(see examples/trl)"
-        )
+        from .trl_real import train_real_with_trl
+
+        return train_real_with_trl(cfg)
     from transformers import AutoModelForCausalLM
 
     from ..integrations.trl import train_testbed_with_trl
