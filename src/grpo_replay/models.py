@@ -25,7 +25,20 @@ class ModelSource:
     gguf_file: Optional[str] = None
 
     def kwargs(self) -> dict:
+        """For config and tokenizer `from_pretrained`; the model takes `model_kwargs()`."""
         return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+    def model_kwargs(self) -> dict:
+        """Also asks for dense float weights: transformers >= 5 may otherwise keep GGUF blocks packed (when a
+        matmul kernel is installed), which cannot be trained."""
+        kw = self.kwargs()
+        if kw:
+            try:
+                from transformers import GgufConfig
+            except ImportError:  # transformers 4.x: GGUF weights are always dequantized
+                return kw
+            kw["quantization_config"] = GgufConfig(dequantize=True)
+        return kw
 
     @property
     def label(self) -> str:
@@ -56,6 +69,21 @@ def resolve_model(name: str, model_file: Optional[str] = None, field: str = "mod
         _require_gguf(field)
         return ModelSource(expanded if os.path.isdir(expanded) else name, model_file)
     return ModelSource(name)
+
+
+def as_plain_model(model):
+    """A GGUF model loaded with dense float weights, without the "quantized" flag transformers leaves on it.
+
+    The weights are ordinary float tensors, but the flag makes `save_pretrained` refuse ("quantized with gguf
+    and is not serializable") and the HF/TRL Trainer refuse to fine-tune ("purely quantized models")."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None or getattr(quantizer.quantization_config, "quant_method", None) != "gguf":
+        return model
+    packed = [n for n, p in model.named_parameters() if not p.dtype.is_floating_point]
+    if packed:
+        raise ValueError(f"GGUF weights were left packed ({packed[0]}, ...); they cannot be trained")
+    quantizer.remove_quantization_config(model)
+    return model
 
 
 def _require_gguf(field: str) -> None:

@@ -24,6 +24,8 @@ def test_resolve_gguf_file_and_directory_forms(gguf_dir):
     assert resolve_model(str(gguf_dir), "a.gguf") == ModelSource(str(gguf_dir), "a.gguf")
     assert resolve_model(str(gguf_dir), "a.gguf").kwargs() == {"gguf_file": "a.gguf"}
     assert resolve_model(str(gguf_dir)).kwargs() == {}  # a regular checkpoint directory
+    # dense float weights, never packed GGUF blocks (those cannot be trained)
+    assert resolve_model(str(gguf_dir), "a.gguf").model_kwargs()["quantization_config"].dequantize is True
     assert resolve_model("org/name", "m.gguf") == ModelSource("org/name", "m.gguf")  # hub repo + file
 
 

@@ -182,7 +182,7 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import resolve_model
+    from ..models import as_plain_model, resolve_model
 
     source = resolve_model(model, model_file, field="--model", file_field="--model-file")
     kw = source.kwargs()
@@ -202,7 +202,7 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     else:
         torch_dtype = getattr(torch, dtype)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw)
+        lm = as_plain_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **source.model_kwargs()))
     except ValueError as exc:
         raise ValueError(
             f"--model {model}: not a causal LM (config type {type(config).__name__}); {exc}"

@@ -47,7 +47,7 @@ RESUMABLE_KEYS = (
 # What grpo-replay writes into a run directory; a directory holding only these (and a config.yaml that is a
 # TrainConfig) is a run made before the marker existed, and is adopted.
 _OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|train\.log|final|[\w.-]+\.png"
-                   r"|tensorboard|wandb|wandb_run_id|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
+                   r"|tensorboard|wandb|wandb_run_id|log_history\.json|checkpoint-\d+|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
 
 
 class RunDirError(RuntimeError):
@@ -107,7 +107,9 @@ def _check_resume(cfg, run_dir: Path) -> int:
 
     path = run_dir / "config.yaml"
     ckpt = latest(run_dir)
-    if not path.is_file() or not (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()):
+    has_results = (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()
+                   or any(run_dir.glob("checkpoint-*")))  # TRL's own checkpoints (--backend trl with a real model)
+    if not path.is_file() or not has_results:
         # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
         return 0
     try:

@@ -38,7 +38,7 @@ def load_causal_lm(name: str, device: torch.device, model_file: str | None = Non
     (ModelLoadError)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import resolve_model
+    from ..models import as_plain_model, resolve_model
 
     try:
         source = resolve_model(name, model_file, field="TrainConfig.model", file_field="TrainConfig.model_file")
@@ -56,7 +56,7 @@ def load_causal_lm(name: str, device: torch.device, model_file: str | None = Non
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"TrainConfig.model: cannot load a model config from {name!r}: {_first_line(e)}") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, **kw)
+        model = as_plain_model(AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, **source.model_kwargs()))
     except ValueError:
         kind = getattr(config, "model_type", type(config).__name__)
         raise ModelLoadError(

@@ -1,24 +1,23 @@
-"""`grpo-replay train --backend trl`: the testbed through `ReplayGRPOTrainer`, evaluated like the built-in run."""
+"""`grpo-replay train --backend trl`: the testbed through `ReplayGRPOTrainer`, evaluated like the built-in run
+(a real model with `--reward math`: `trl_real.py`)."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 from ..config import ReplayConfig
-from ..configio import ConfigError
 from .config import TrainConfig
 from .rundir import claim
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
-    if cfg.reward != "testbed":
-        raise ConfigError(
-            "TrainConfig.backend='trl' runs the embedded testbed; for a real model use ReplayGRPOTrainer directly "
-            "(see examples/trl)"
-        )
     preset = ReplayConfig.from_preset(cfg.preset).to_dict()
     overrides = {k: v for k, v in cfg.replay.to_dict().items() if preset[k] != v}
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
+        if cfg.reward != "testbed":  # a real model and data set (GGUF or transformers checkpoint)
+            from .trl_real import train_real_with_trl
+
+            return train_real_with_trl(cfg)
         return _train(cfg, run_dir, overrides)
 
 
