@@ -108,14 +108,16 @@ def _train_one(overrides: dict) -> dict:
     from ..trainer import rundir
     from ..trainer.config import resolve
     from ..trainer.loop import train
+    from ..trainer.trl_backend import train_with_trl
 
     t0 = time.time()
     cfg = resolve(overrides)
+    run = train_with_trl if cfg.backend == "trl" else train  # the same dispatch as `grpo-replay train`
     rundir.mark(cfg.run_dir)  # train.log is written before train() claims the directory
     # The run's own prints and warnings go to <run dir>/train.log, not over the progress display.
     with open(cfg.run_dir / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            summary = train(cfg)
+            summary = run(cfg)
         except Exception as e:  # re-raised as a plain error so any exception type crosses the process boundary
             traceback.print_exc()
             raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {cfg.run_dir / 'train.log'})") from None

@@ -106,12 +106,19 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     trainer.save_model(str(run_dir / "final"))
     end = evaluate(trainer.model, tokenizer, eval_task, heldout, **eval_kw)
     (run_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
+    # The held-out evaluations in the built-in trainer's evals.jsonl form (start and end), so `grpo-replay compare`,
+    # `plot` and the report read a TRL run like a built-in one.
+    generated = cfg.steps * cfg.prompts_per_step * cfg.group_size
+    (run_dir / "evals.jsonl").write_text(
+        json.dumps({"step": 0, "generated": 0, **start}) + "\n"
+        + json.dumps({"step": cfg.steps, "generated": generated, **end}) + "\n"
+    )
     summary = {
         "backend": "trl",
         "preset": cfg.preset,
         "seed": cfg.seed,
         "steps": cfg.steps,
-        "generated_rollouts": cfg.steps * cfg.prompts_per_step * cfg.group_size,
+        "generated_rollouts": generated,
         "heldout_acc_sampled": {"start": start["acc_sampled"], "end": end["acc_sampled"]},
         "heldout_acc_greedy": {"start": start["acc_greedy"], "end": end["acc_greedy"]},
         "final_eval": {k: v for k, v in end.items() if k != "counts"},
