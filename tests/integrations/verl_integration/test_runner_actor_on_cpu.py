@@ -27,7 +27,7 @@ def local_ray():
     ray.shutdown()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(720)
 def test_runner_starts_as_ray_actor_and_binds_the_replay_trainer(local_ray, tmp_path):
     from grpo_replay.integrations.verl.runner import ReplayTaskRunner
 
@@ -41,7 +41,7 @@ def test_runner_starts_as_ray_actor_and_binds_the_replay_trainer(local_ray, tmp_
     )
     runner = ReplayTaskRunner.remote()  # run_ppo's call; actor creation itself used to die here
     with pytest.raises(Exception) as err:  # noqa: PT011 - Ray wraps the actor's error in its own type
-        ray.get(runner.run.remote(cfg), timeout=240)
+        ray.get(runner.run.remote(cfg), timeout=600)  # Ray + verl imports take minutes on a loaded 2-core machine
     assert not isinstance(err.value, ray.exceptions.ActorDiedError), err.value
     assert MISSING_MODEL in str(err.value)  # verl's run() got as far as loading the model config
 
