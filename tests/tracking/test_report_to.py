@@ -134,7 +134,7 @@ def test_report_to_values_and_errors(monkeypatch):
         resolve({"report_to": "none,wandb"})
     real = tracking.importlib.util.find_spec
     monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"'wandb' package is not installed; pip install 'grpo-replay\[wandb\]'"):
+    with pytest.raises(ConfigError, match=r"'wandb' package is not installed; pip install -e '\.\[wandb\]' in a grpo-replay checkout"):
         resolve({"report_to": "wandb"})
 
 
