@@ -3,7 +3,7 @@
 # so no dependency can pull a multi-GB CUDA build, then the project in editable mode with its extras.
 # Idempotent: a second run only checks that everything is there.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."  # the real checkout, also when called through a linked copy (the doc test's sandbox)
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
