@@ -136,7 +136,7 @@ class ReplayBuffer:
             prompt_ids=rows(st.prompt_ids, slice(Wp - P, Wp), np.int64),
             prompt_mask=torch.from_numpy((np.arange(P)[None, :] >= (P - plen)[:, None]).astype(np.int64)),
             completion_ids=rows(arena["comp_ids"], slice(0, C), np.int64),
-            completion_mask=rows(arena["mask"], slice(0, C), np.int64),
+            completion_mask=torch.from_numpy(st.masks(slots, C).astype(np.int64)),
             behaviour_logps=rows(arena["logps"], slice(0, C), np.float32),
             advantages=col("advantage"),
             rewards=col("reward"),
@@ -229,13 +229,14 @@ def _arena_rows(batch: RolloutBatch):
     pm = batch.prompt_mask.cpu().numpy() != 0
     pid = batch.prompt_ids.cpu().numpy()
     n, P = pm.shape
-    plen = pm.sum(1).astype(np.int64)
+    plen = np.count_nonzero(pm, axis=1).astype(np.int64)
     Pw = int(plen.max()) if n else 0
     left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
     if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
         order = np.argsort(pm, axis=1, kind="stable")
         pid, pm = np.take_along_axis(pid, order, 1), left_padded
-    prompt = np.where(pm, pid, 0)[:, P - Pw :].astype(np.int32)
+    prompt = pid[:, P - Pw :].astype(np.int32)
+    prompt[~pm[:, P - Pw :]] = 0
     completion = {
         "comp_ids": batch.completion_ids.cpu().numpy(),
         "mask": batch.completion_mask.cpu().numpy(),

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 PAD_ID = 0  # token id written into padding positions; masks make its value irrelevant
@@ -126,6 +127,10 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
             f"{where}: prompt_mask has shape {tuple(batch.prompt_mask.shape)}, prompt_ids has "
             f"{tuple(batch.prompt_ids.shape)}; they must match"
         )
+    # Fast path: one min/max pass over every position (padding included). Only when that finds an id out of
+    # range (padding may hold any value, e.g. -100) are the real tokens selected and checked precisely.
+    if all(_in_int32_range(t) for t in (batch.prompt_ids, batch.completion_ids)):
+        return
     for ids, keep in (
         (batch.prompt_ids, batch.prompt_mask.ne(0)),
         (batch.completion_ids, torch.arange(batch.completion_ids.shape[1], device=batch.completion_ids.device).unsqueeze(0)
@@ -141,6 +146,16 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
                 f"{where}: {name} holds token id {hi if hi > MAX_TOKEN_ID else lo}; "
                 f"allowed: 0 <= id <= {MAX_TOKEN_ID} (the buffer stores int32 token ids)"
             )
+
+
+def _in_int32_range(ids: torch.Tensor) -> bool:
+    """True if every entry of `ids` (any integer dtype) lies in [0, MAX_TOKEN_ID]."""
+    if ids.numel() == 0:
+        return True
+    if ids.dtype == torch.int64 and ids.device.type == "cpu":  # one max over the bits: a negative id is huge
+        return int(ids.numpy().view(np.uint64).max()) <= MAX_TOKEN_ID
+    lo, hi = torch.aminmax(ids)
+    return int(lo) >= 0 and int(hi) <= MAX_TOKEN_ID
 
 
 def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:
