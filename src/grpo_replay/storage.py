@@ -168,10 +168,10 @@ class RolloutStorage:
     def add(self, scalars: dict[str, np.ndarray], prompt_ids: np.ndarray, completion: dict[str, Optional[np.ndarray]]) -> np.ndarray:
         """Store n rows; returns their slots.
 
-        `scalars` maps every column except seq and comp_len to an array of length n; `prompt_ids` (n, P)
-        int32 is left-padded with zeros; `completion` maps comp_ids, mask, logps and ref (None when the rows
-        carry no reference log-probs) to padded (n, C) arrays of any dtype, cast on the copy (a mask entry
-        counts when it is nonzero)."""
+        `scalars` maps every column except seq to an array of length n; `prompt_ids` (n, P) int32 is
+        left-padded with zeros; `completion` maps comp_ids, logps and ref (None when the rows carry no
+        reference log-probs) to right-padded (n, C) arrays of any dtype, cast on the copy, and mask to the
+        packed mask and lengths of `pack_mask` (comp_len in `scalars` comes from there)."""
         n = len(prompt_ids)
         has_ref = completion.get("ref") is not None
         if self._count == 0:
@@ -183,20 +183,17 @@ class RolloutStorage:
             )
         if len(self._free) < n:
             self._grow(self._count + n)
-        C = completion["mask"].shape[1]
-        self._widen(prompt_ids.shape[1], C)
+        self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
         slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
         del self._free[len(self._free) - n :]
         rows = _Rows(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True)
-        mask = np.packbits(completion["mask"] != 0, axis=1)
-        rows.put(self.arena["mask"], mask)
+        rows.put(self.arena["mask"], completion["mask"])
         for k in ("comp_ids", "logps", "ref"):
             if completion.get(k) is not None:
                 rows.put(self.arena[k], completion[k])
         for k, arr in scalars.items():
             self._cols[k][slots] = arr
-        self._cols["comp_len"][slots] = _packed_lengths(mask, C)
         self._cols["seq"][slots] = np.arange(self._seq, self._seq + n)
         self._seq += n
         self.valid[slots] = True
@@ -333,6 +330,13 @@ class _Rows:
             dst[:, w:] = 0
         if not self.run:
             arena[self.slots] = dst
+
+
+def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
+    when it is nonzero; a row's length is its last counted position + 1."""
+    packed = np.packbits(np.asarray(mask) != 0, axis=1)
+    return packed, _packed_lengths(packed, mask.shape[1])
 
 
 def _packed(width: int) -> int:
