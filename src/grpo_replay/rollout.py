@@ -79,8 +79,6 @@ class RolloutBatch:
         batches = [b for b in batches if len(b) > 0] or list(batches[:1])
         if len(batches) == 1:
             return batches[0]
-        P = max(b.prompt_ids.shape[1] for b in batches)
-        C = max(b.completion_ids.shape[1] for b in batches)
         has_ref = [b.ref_logps is not None for b in batches]
         if any(has_ref) and not all(has_ref):
             raise ValueError("RolloutBatch.concat: ref_logps present in some batches but not all")
@@ -90,29 +88,39 @@ class RolloutBatch:
             if ts[0] is None:
                 out[f.name] = None
             elif ts[0].dim() == 2:
-                left = f.name in ("prompt_ids", "prompt_mask")
-                W = P if left else C
-                if all(t.shape[1] == W and t.dtype == ts[0].dtype and t.device == ts[0].device for t in ts):
-                    out[f.name] = torch.cat(ts)
-                    continue
-                # One uninitialised allocation; each part copied once into its slice and only the padding
-                # written besides (pad-then-cat would copy twice, zero-filling first would write twice).
-                res = ts[0].new_empty((sum(t.shape[0] for t in ts), W))
-                row = 0
-                for t in ts:
-                    n, w = t.shape
-                    part = res[row : row + n]
-                    if left:
-                        part[:, : W - w].fill_(PAD_ID)
-                        part[:, W - w :] = t
-                    else:
-                        part[:, :w] = t
-                        part[:, w:].fill_(PAD_ID)
-                    row += n
-                out[f.name] = res
+                out[f.name] = cat_padded(ts, left=f.name in ("prompt_ids", "prompt_mask"))
             else:
                 out[f.name] = torch.cat(ts)
         return RolloutBatch(**out)
+
+
+def cat_padded(
+    tensors: Sequence[torch.Tensor], left: bool, value: float = PAD_ID, multiple: Optional[int] = None
+) -> torch.Tensor:
+    """Rows of 2-D tensors stacked, each padded with `value` to the widest (rounded up to a multiple of
+    `multiple` when given): on the left (`left`, for prompts) or on the right (completions). The one
+    padded concatenation of the project: one uninitialised allocation, each part copied once into its
+    slice and only the padding written besides (pad-then-cat would copy twice, zero-filling first would
+    write twice); `torch.cat` when no padding is needed."""
+    W = max(t.shape[1] for t in tensors)
+    if multiple:
+        W = -(-W // multiple) * multiple
+    first = tensors[0]
+    if all(t.shape[1] == W and t.dtype == first.dtype and t.device == first.device for t in tensors):
+        return torch.cat(list(tensors))
+    res = first.new_empty((sum(t.shape[0] for t in tensors), W))
+    row = 0
+    for t in tensors:
+        n, w = t.shape
+        part = res[row : row + n]
+        if left:
+            part[:, : W - w].fill_(value)
+            part[:, W - w :] = t
+        else:
+            part[:, :w] = t
+            part[:, w:].fill_(value)
+        row += n
+    return res
 
 
 _TOKEN_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps", "ref_logps")

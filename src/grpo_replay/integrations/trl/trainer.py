@@ -45,7 +45,7 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
-from ...rollout import RolloutBatch
+from ...rollout import RolloutBatch, cat_padded
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -372,10 +372,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
             multiple = self.pad_to_multiple_of
             if key in PROMPT_KEYS:
                 fill = pad_id if key == "prompt_ids" else 0
-                merged[key] = _cat_padded([value, other], left=True, value=fill, multiple=multiple)
+                merged[key] = cat_padded([value, other], left=True, value=fill, multiple=multiple)
             elif key in COMPLETION_KEYS and not (key == "importance_sampling_ratio" and self._replay_sequence_is()):
                 fill = {"completion_ids": pad_id, "tool_mask": 1, "importance_sampling_ratio": 1.0}.get(key, 0)
-                merged[key] = _cat_padded([value, other], left=False, value=fill, multiple=multiple)
+                merged[key] = cat_padded([value, other], left=False, value=fill, multiple=multiple)
             else:
                 merged[key] = torch.cat([value, other])
         return merged
@@ -454,14 +454,3 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
 def _is_row_value(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() >= 1
-
-
-def _cat_padded(tensors: list[torch.Tensor], left: bool, value: float, multiple: Optional[int] = None) -> torch.Tensor:
-    width = max(t.shape[1] for t in tensors)
-    if multiple:  # TRL's pad_to_multiple_of, which its own padding of the fresh rows honours
-        width = -(-width // multiple) * multiple
-    padded = []
-    for t in tensors:
-        extra = width - t.shape[1]
-        padded.append(torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value) if extra else t)
-    return torch.cat(padded)
