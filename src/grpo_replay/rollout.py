@@ -18,6 +18,13 @@ PAD_ID = 0  # token id written into padding positions; masks make its value irre
 
 @dataclass
 class RolloutBatch:
+    """B rollouts as padded tensors: prompts left-padded to width P, completions right-padded to width C.
+
+    Invariants (shapes checked at construction): token fields are 2-D and per-row fields 1-D, all with B
+    rows; positions with mask 0 are padding, ignored by the loss; rows of one group share a group id;
+    fresh rows have is_replay False and birth_step = the step that generated them.
+    """
+
     prompt_ids: torch.Tensor  # (B, P) long, left-padded
     prompt_mask: torch.Tensor  # (B, P) long, 1 = real token
     completion_ids: torch.Tensor  # (B, C) long, right-padded
