@@ -34,11 +34,16 @@ def test_builtin_priorities_from_columns_and_config():
         assert PRIORITIES.get(name)(cols, cfg).dtype == np.float64
 
 
-def test_a_priority_reads_any_stored_column(tmp_path):
+@pytest.fixture
+def scratch_priorities(monkeypatch):
+    """Registrations made in a test are dropped after it."""
+    monkeypatch.setattr(PRIORITIES, "_items", dict(PRIORITIES._items))
+
+
+def test_a_priority_reads_any_stored_column(tmp_path, scratch_priorities):
     """A length-aware priority is one registered function; the weight it gives is frozen and survives a save."""
     name = "test_shorter_first"
-    if name not in PRIORITIES:
-        PRIORITIES.register(name)(lambda columns, config: 1.0 / (1.0 + columns["comp_len"]))
+    PRIORITIES.register(name)(lambda columns, config: 1.0 / (1.0 + columns["comp_len"]))
     buf = ReplayBuffer(ReplayConfig(warmup_steps=0, priority=name), seed=0)
     b = make_batch(2, 3, seed=4, max_completion=9)
     buf.add(b, 0)
@@ -48,12 +53,15 @@ def test_a_priority_reads_any_stored_column(tmp_path):
     assert len(ReplayBuffer.load(tmp_path / "b")) == 6
 
 
-def test_priority_signature_is_checked_and_bad_weights_are_refused():
+def test_priority_signature_is_checked_and_bad_weights_are_refused(scratch_priorities):
     with pytest.raises(TypeError, match="every priority takes"):
         PRIORITIES.register("test_old_signature")(lambda advantages, group_std, alpha, eps: advantages)
     name = "test_negative"
-    if name not in PRIORITIES:
-        PRIORITIES.register(name)(lambda columns, config: -np.ones(len(columns["advantage"])))
+    PRIORITIES.register(name)(lambda columns, config: -np.ones(len(columns["advantage"])))
     with pytest.raises(ValueError, match="finite weights >= 0"):
         ReplayBuffer(ReplayConfig(priority=name)).add(make_batch(1, 2), 0)
     assert isinstance(PRIORITIES, Registry)
+
+
+def test_scratch_registrations_are_gone():
+    assert not any(n.startswith("test_") for n in PRIORITIES.names())

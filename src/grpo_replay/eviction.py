@@ -5,7 +5,7 @@ the buffer does) and `state_dict`/`load_state_dict` save what the policy keeps b
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
