@@ -66,7 +66,7 @@ class Recorder:
     def wrap(self, compose: Callable) -> Callable:
         def checked(fresh, buffer, step, **kw):
             res = compose(fresh, buffer, step, **kw)
-            batch = res[0] if isinstance(res, tuple) else res
+            batch = res.batch
             self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config)]
             self.batches += 1
             self.replay_rows += int(batch.is_replay.sum())

@@ -164,7 +164,7 @@ def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.nd
     rewards = _row_rewards(batch)
     gids = _group_ids(batch)
     _, std = group_advantages(rewards, gids)
-    rb = RolloutBatch(
+    rb = RolloutBatch.fresh(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         completion_ids=td["responses"].long(),
@@ -174,8 +174,7 @@ def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.nd
         rewards=rewards,
         group_ids=gids,
         group_std=std,
-        birth_step=torch.full((len(batch),), int(step), dtype=torch.long),
-        is_replay=torch.zeros(len(batch), dtype=torch.bool),
+        step=step,
         ref_logps=td["ref_log_prob"].float() if "ref_log_prob" in td.keys() else None,
     )
     pids, pm = prompt_ids.cpu().numpy(), prompt_mask.cpu().numpy().astype(bool)
@@ -351,7 +350,7 @@ class ReplayHook:
         spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
 
         # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
-        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step, return_fresh_index=True)
+        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step)
         is_rep = composed.is_replay
         fresh_idx = used[kept.numpy()]
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
