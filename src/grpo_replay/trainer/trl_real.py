@@ -13,11 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..config import ReplayConfig
 from ..configio import ConfigError
 from .config import TrainConfig
-
-TRL_REPLAY_KEYS = {"tau_max", "replay_ratio", "alpha", "priority", "composition", "granularity", "warmup_steps", "capacity"}
 
 
 def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
@@ -30,8 +27,9 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     from transformers.trainer_utils import get_last_checkpoint
 
     from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ..integrations.trl.config import trl_replay_kwargs
     from .evaluation import evaluate
-    from .loop import _SafeRewardTask, _device
+    from .loop import EVAL_SEED_OFFSET, HELDOUT_SEED, _SafeRewardTask, _device
     from .rewards import RewardScorer
     from .setup import build_policy
 
@@ -45,9 +43,9 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     model, tokenizer, task, setup_info = build_policy(cfg, device)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     eval_task = _SafeRewardTask(task, scorer)
-    heldout = task.heldout(cfg.eval_problems, seed=12345)
+    heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
     max_new = cfg.completion_budget()
-    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
+    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + EVAL_SEED_OFFSET)
     start = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
 
     by_id = {p.id: p for p in task.train}
@@ -58,15 +56,6 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
-    preset = ReplayConfig.from_preset(cfg.preset).to_dict()
-    changed = {k: v for k, v in cfg.replay.to_dict().items() if preset[k] != v}
-    unsupported = sorted(set(changed) - TRL_REPLAY_KEYS)
-    if unsupported:
-        raise ConfigError(
-            f"TrainConfig.replay.{unsupported[0]} cannot be changed with backend='trl'; allowed: {', '.join(sorted(TRL_REPLAY_KEYS))}"
-        )
-    # ReplayGRPOConfig names them replay_<key> and takes a negative number for None (no limit).
-    replay = {(f"replay_{k}" if k != "replay_ratio" else k): (-1 if v is None else v) for k, v in changed.items()}
     args = ReplayGRPOConfig(
         output_dir=str(run_dir),
         use_cpu=device.type == "cpu",
@@ -97,7 +86,7 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
         seed=cfg.seed,
         disable_tqdm=not cfg.progress,
         replay_preset=cfg.preset,
-        **replay,
+        **trl_replay_kwargs(cfg.replay_overrides()),
     )
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset, processing_class=tokenizer)

@@ -38,6 +38,7 @@ def train_testbed_with_trl(
 
     from ...tasks.testbed import TestbedConfig, TestbedProblem, TestbedTask, warm_start
     from . import ReplayGRPOConfig, ReplayGRPOTrainer
+    from .config import trl_replay_kwargs
 
     cfg = testbed_config or TestbedConfig()
     model, tokenizer, _info = warm_start(cfg, progress=progress)
@@ -59,7 +60,6 @@ def train_testbed_with_trl(
             for c, p, i, a, d in zip(completions, prompts, problem_id, answer, difficulty)
         ]
 
-    replay = {f"replay_{k}" if k != "replay_ratio" else k: v for k, v in (replay_overrides or {}).items()}
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -82,7 +82,7 @@ def train_testbed_with_trl(
         seed=seed,
         disable_tqdm=not progress,
         replay_preset=preset,
-        **replay,
+        **trl_replay_kwargs(replay_overrides or {}),
     )
     kwargs.update(trl_overrides or {})
     args = ReplayGRPOConfig(**kwargs)
