@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from ..eval.metrics import relative_change
-from .stats import Run, ci, paired_diff
+from .stats import Run, ci, format_ci, paired_diff
 
 HOLDS = "holds"
 WEAK = "direction agrees, not significant"
@@ -44,19 +44,11 @@ def combine(vs: list[str]) -> str:
 
 def pp(d: dict) -> str:
     """A paired difference of accuracies in percentage points with its CI."""
-    if not d or d.get("mean") is None:
-        return "n/a"
-    if d.get("lo") is None:
-        return f"{100 * d['mean']:+.1f} pp (n={d['n']})"
-    return f"{100 * d['mean']:+.1f} pp [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}] (n={d['n']})"
+    return format_ci(d, fmt="{:+.1f}", unit=" pp", n=True)
 
 
 def pct(d: dict) -> str:
-    if not d or d.get("mean") is None:
-        return "n/a"
-    if d.get("lo") is None:
-        return f"{100 * d['mean']:+.1f} %"
-    return f"{100 * d['mean']:+.1f} % [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"
+    return format_ci(d, fmt="{:+.1f}", unit=" %")
 
 
 def _acc(r: Run, key: str = "acc_sampled") -> float:
