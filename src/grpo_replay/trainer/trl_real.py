@@ -26,8 +26,7 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     from datasets import Dataset
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from ..integrations.trl.config import trl_replay_kwargs
+    from ..integrations.trl import ReplayGRPOTrainer
     from .evaluation import evaluate
     from .loop import EVAL_SEED_OFFSET, HELDOUT_SEED, _SafeRewardTask, _device
     from .rewards import RewardScorer
@@ -56,38 +55,7 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
-    args = ReplayGRPOConfig(
-        output_dir=str(run_dir),
-        use_cpu=device.type == "cpu",
-        bf16=False,
-        gradient_checkpointing=False,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
-        num_generations=cfg.group_size,
-        max_completion_length=max_new,
-        max_steps=cfg.steps,
-        learning_rate=cfg.lr,
-        lr_scheduler_type="constant_with_warmup" if cfg.lr_warmup_steps else "constant",
-        warmup_steps=cfg.lr_warmup_steps,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        temperature=cfg.temperature,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        epsilon=cfg.loss.eps_low,
-        epsilon_high=cfg.loss.eps_high,
-        loss_type="dapo",
-        scale_rewards="group" if cfg.advantage_scale == "group" else "none",
-        report_to="none",
-        save_strategy="steps" if cfg.checkpoint_every else "no",
-        save_steps=cfg.checkpoint_every or 500,
-        save_total_limit=cfg.keep_checkpoints,
-        logging_steps=1,
-        seed=cfg.seed,
-        disable_tqdm=not cfg.progress,
-        replay_preset=cfg.preset,
-        **trl_replay_kwargs(cfg.replay_overrides()),
-    )
+    args = _trl_args(cfg, run_dir, use_cpu=device.type == "cpu")
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     resume = get_last_checkpoint(str(run_dir)) if any(run_dir.glob("checkpoint-*")) else None
@@ -119,3 +87,42 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _trl_args(cfg: TrainConfig, run_dir, use_cpu: bool):
+    """The `ReplayGRPOConfig` of the run: the mapping of the module docstring, checkpoints every checkpoint_every."""
+    from ..integrations.trl import ReplayGRPOConfig
+    from ..integrations.trl.config import trl_replay_kwargs
+
+    return ReplayGRPOConfig(
+        output_dir=str(run_dir),
+        use_cpu=use_cpu,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
+        num_generations=cfg.group_size,
+        max_completion_length=cfg.completion_budget(),
+        max_steps=cfg.steps,
+        learning_rate=cfg.lr,
+        lr_scheduler_type="constant_with_warmup" if cfg.lr_warmup_steps else "constant",
+        warmup_steps=cfg.lr_warmup_steps,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=cfg.loss.eps_low,
+        epsilon_high=cfg.loss.eps_high,
+        loss_type="dapo",
+        scale_rewards="group" if cfg.advantage_scale == "group" else "none",
+        report_to="none",
+        save_strategy="steps" if cfg.checkpoint_every else "no",
+        save_steps=cfg.checkpoint_every or 500,
+        save_total_limit=cfg.keep_checkpoints,
+        logging_steps=1,
+        seed=cfg.seed,
+        disable_tqdm=not cfg.progress,
+        replay_preset=cfg.preset,
+        **trl_replay_kwargs(cfg.replay_overrides()),
+    )
