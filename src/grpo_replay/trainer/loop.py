@@ -8,6 +8,10 @@ One step t:
        (`compose_batch`), one PPO-clip update on the composed batch
   7. insert this step's fresh rows into the buffer with birth step t
 
+The code reads in the same order: `setup` (model, optimizer, buffer, generator), `resume` (checkpoint, logs,
+first evaluation), then per step `step` (1-7 above) and `bookkeeping` (metrics row, evaluation, checkpoint),
+and `finish` (summary.json, plots).
+
 Where this departs from the paper (or the summary is silent):
   - Behaviour log-probs of fresh rows are read off the update's own forward pass, before the optimizer
     step: with one update per batch the policy has not moved yet, so they equal a separate no-grad
