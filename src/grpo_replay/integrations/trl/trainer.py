@@ -441,7 +441,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
         local = {}
         for name, rows in (("fresh", ~is_replay), ("replay", is_replay)):
             m = mask * rows.unsqueeze(1).float()
-            local |= {f"{name}/clipped": (clipped.float() * m).sum(), f"{name}/ratio_sum": (ratio * m).sum(), f"{name}/tokens": m.sum()}
+            local |= {
+                f"{name}/clipped": (clipped.float() * m).sum(),
+                f"{name}/ratio_sum": (ratio * m).sum(),
+                f"{name}/tokens": m.sum(),
+            }
         tot = _sum_over_processes(self.accelerator, local)
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name in ("fresh", "replay"):
@@ -453,7 +457,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
 def _gather_over_processes(accelerator, values: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Each named scalar from every process, in one collective call: name -> (num_processes,) float64."""
     names = list(values)
-    local = torch.stack([torch.as_tensor(values[k]).detach().to(accelerator.device, torch.float64) for k in names])
+    local = torch.stack([
+        v.detach().to(accelerator.device, torch.float64) if isinstance(v, torch.Tensor)
+        else torch.tensor(v, dtype=torch.float64, device=accelerator.device)  # a Python number: no float32 detour
+        for v in (values[k] for k in names)
+    ])
     gathered = accelerator.gather(local[None]).view(-1, len(names))
     return {k: gathered[:, i] for i, k in enumerate(names)}
 
