@@ -36,7 +36,7 @@ def make_batch(
     prompt_ids = torch.randint(1, 50, (B, P), generator=g) * prompt_mask
     comp_ids = torch.randint(1, 50, (B, C), generator=g) * comp_mask
     logps = -torch.rand(B, C, generator=g) * comp_mask
-    return RolloutBatch(
+    return RolloutBatch.fresh(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         completion_ids=comp_ids,
@@ -46,8 +46,7 @@ def make_batch(
         rewards=rewards,
         group_ids=group_ids,
         group_std=std,
-        birth_step=torch.full((B,), step, dtype=torch.long),
-        is_replay=torch.zeros(B, dtype=torch.bool),
+        step=step,
         ref_logps=(-torch.rand(B, C, generator=g) * comp_mask) if with_ref else None,
     )
 

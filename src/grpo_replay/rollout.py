@@ -57,6 +57,42 @@ class RolloutBatch:
             if t is not None and t.shape[0] != b:
                 raise ValueError(f"RolloutBatch.{f.name} has {t.shape[0]} rows, prompt_ids has {b}")
 
+    @classmethod
+    def fresh(
+        cls,
+        *,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        rewards: torch.Tensor,
+        group_ids: torch.Tensor,
+        group_std: torch.Tensor,
+        step: int,
+        behaviour_logps: Optional[torch.Tensor] = None,
+        ref_logps: Optional[torch.Tensor] = None,
+    ) -> "RolloutBatch":
+        """Rows generated at optimizer step `step`: birth_step = step, is_replay = False.
+
+        behaviour_logps None = zeros of the completion's shape, for a caller that reads them off the update's
+        own forward pass later (the policy has not moved between generation and that pass)."""
+        n = completion_ids.shape[0]
+        return cls(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            behaviour_logps=torch.zeros(completion_ids.shape) if behaviour_logps is None else behaviour_logps,
+            advantages=advantages,
+            rewards=rewards,
+            group_ids=group_ids,
+            group_std=group_std,
+            birth_step=torch.full((n,), int(step), dtype=torch.long),
+            is_replay=torch.zeros(n, dtype=torch.bool),
+            ref_logps=ref_logps,
+        )
+
     def __len__(self) -> int:
         return int(self.prompt_ids.shape[0])
 
