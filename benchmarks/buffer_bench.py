@@ -61,7 +61,7 @@ def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion):
     P, C = int(plen.max()), int(clen.max())
     pmask = (torch.arange(P)[None] >= P - plen[:, None]).long()
     cmask = (torch.arange(C)[None] < clen[:, None]).long()
-    return RolloutBatch(
+    return RolloutBatch.fresh(
         prompt_ids=torch.randint(1, 50_000, (B, P), generator=g) * pmask,
         prompt_mask=pmask,
         completion_ids=torch.randint(1, 50_000, (B, C), generator=g) * cmask,
@@ -71,8 +71,7 @@ def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion):
         rewards=rewards,
         group_ids=group_ids,
         group_std=std,
-        birth_step=torch.full((B,), step, dtype=torch.long),
-        is_replay=torch.zeros(B, dtype=torch.bool),
+        step=step,
     )
 
 

@@ -66,7 +66,7 @@ class Recorder:
     def wrap(self, compose: Callable) -> Callable:
         def checked(fresh, buffer, step, **kw):
             res = compose(fresh, buffer, step, **kw)
-            batch = res[0] if isinstance(res, tuple) else res
+            batch = res.batch
             self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config)]
             self.batches += 1
             self.replay_rows += int(batch.is_replay.sum())
@@ -130,29 +130,15 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
 
 def run_trl(args: argparse.Namespace) -> Recorder:
     import grpo_replay.integrations.trl.trainer as trl_trainer
-    from grpo_replay.integrations.trl import train_testbed_with_trl
+    from grpo_replay.trainer.trl_backend import train_testbed_run
 
     rec = Recorder("trl")
     cfg = train_config(args, args.out / "trl")
     real_compose = trl_trainer.compose_batch
     trl_trainer.compose_batch = rec.wrap(real_compose)
     try:
-        res = train_testbed_with_trl(
-            cfg.run_dir,
-            preset=cfg.preset,
-            replay_overrides={k: v for k, v in cfg.replay.to_dict().items() if v != getattr(ReplayConfig(), k)},
-            testbed_config=cfg.testbed,
-            max_steps=cfg.steps,
-            prompts_per_step=cfg.prompts_per_step,
-            num_generations=cfg.group_size,
-            learning_rate=cfg.lr,
-            seed=cfg.seed,
-            progress=False,
-            trl_overrides={
-                "use_cpu": args.device == "cpu",
-                "bf16": args.dtype == "bfloat16",
-                "max_completion_length": cfg.completion_budget(),
-            },
+        res = train_testbed_run(
+            cfg, cfg.run_dir, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16"
         )
     finally:
         trl_trainer.compose_batch = real_compose

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_replay import RolloutBatch, group_advantages
+from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages
 from grpo_replay.experiments.arms import TINY_TESTBED
 
 
@@ -36,7 +36,7 @@ def make_batch(
     prompt_ids = torch.randint(1, 50, (B, P), generator=g) * prompt_mask
     comp_ids = torch.randint(1, 50, (B, C), generator=g) * comp_mask
     logps = -torch.rand(B, C, generator=g) * comp_mask
-    return RolloutBatch(
+    return RolloutBatch.fresh(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         completion_ids=comp_ids,
@@ -46,8 +46,7 @@ def make_batch(
         rewards=rewards,
         group_ids=group_ids,
         group_std=std,
-        birth_step=torch.full((B,), step, dtype=torch.long),
-        is_replay=torch.zeros(B, dtype=torch.bool),
+        step=step,
         ref_logps=(-torch.rand(B, C, generator=g) * comp_mask) if with_ref else None,
     )
 
@@ -121,3 +120,13 @@ def build_tiny_model(path: Path, chat_template: bool = True) -> Path:
     model.save_pretrained(path)
     hf_tok.save_pretrained(path)
     return path
+
+
+def buffer_with_advantages(adv, priority="abs_advantage", alpha=0.5, replacement=False, seed=0):
+    """A buffer of one-row groups with these advantages (and group_std = |advantage|), inserted at step 0."""
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, priority=priority, alpha=alpha, replacement=replacement), seed=seed)
+    b = make_batch(n_groups=len(adv), group_size=1, seed=0)
+    b.advantages = torch.tensor(adv, dtype=torch.float32)
+    b.group_std = torch.tensor([abs(a) for a in adv], dtype=torch.float32)
+    buf.add(b, 0)
+    return buf

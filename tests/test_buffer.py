@@ -94,102 +94,6 @@ def test_never_samples_older_than_tau_max_and_evicts_exactly(tau_max, plan, seed
         births += [step, step]
 
 
-@settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 40), k=st.integers(0, 50), seed=st.integers(0, 2**16), replacement=st.booleans())
-def test_without_replacement_never_repeats(n, k, seed, replacement):
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, replacement=replacement), seed=seed)
-    buf.add(make_batch(n_groups=n, group_size=1, seed=seed, rewards=torch.rand(n)), 0)
-    slots = buf.sampler.sample(buf.storage, k, buf.rng)
-    if replacement:
-        assert len(slots) == k
-    else:
-        assert len(slots) == min(k, n) and len(set(slots.tolist())) == len(slots)
-
-
-def _buffer_with_advantages(adv, priority="abs_advantage", alpha=0.5, replacement=False, seed=0):
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, priority=priority, alpha=alpha, replacement=replacement), seed=seed)
-    b = make_batch(n_groups=len(adv), group_size=1, seed=0)
-    b.advantages = torch.tensor(adv, dtype=torch.float32)
-    b.group_std = torch.tensor([abs(a) for a in adv], dtype=torch.float32)
-    buf.add(b, 0)
-    return buf
-
-
-@pytest.mark.parametrize("replacement", [False, True])
-@pytest.mark.parametrize("alpha", [0.5, 1.0])
-def test_sampling_frequencies_follow_priorities(replacement, alpha):
-    """Single draws (without replacement the first draw of a sequence) follow (|A|+eps)^alpha: chi-square."""
-    from scipy.stats import chisquare
-
-    adv = [0.0, 0.1, -0.5, 1.0, -2.0, 3.0]
-    buf = _buffer_with_advantages(adv, alpha=alpha, replacement=replacement, seed=7)
-    N = 20_000
-    counts = np.zeros(len(adv))
-    slots = buf.storage.valid_slots()
-    for _ in range(N):
-        s = buf.sampler.sample(buf.storage, 1, buf.rng)[0]
-        counts[np.flatnonzero(slots == s)[0]] += 1
-    p = (np.abs(adv) + 1e-6) ** alpha
-    p /= p.sum()
-    assert counts[0] < 0.01 * N  # |A| = 0 is nearly never drawn at alpha > 0...
-    assert chisquare(counts, p * N).pvalue > 1e-3
-    # a wrong hypothesis (uniform) is rejected decisively: the test has power
-    assert chisquare(counts, np.full(len(adv), N / len(adv))).pvalue < 1e-6
-
-
-def test_without_replacement_is_sequential_proportional():
-    """Gumbel-top-k order = successive draws proportional to weight among the rest: check P(second | first)."""
-    adv = [1.0, 2.0, 3.0]
-    buf = _buffer_with_advantages(adv, alpha=1.0, seed=3)
-    w = np.array(adv) + 1e-6
-    pairs = {}
-    N = 30_000
-    for _ in range(N):
-        a, b = buf.sampler.sample(buf.storage, 2, buf.rng).tolist()
-        pairs[(a, b)] = pairs.get((a, b), 0) + 1
-    slots = buf.storage.valid_slots().tolist()
-    for (a, b), c in pairs.items():
-        ia, ib = slots.index(a), slots.index(b)
-        p = w[ia] / w.sum() * w[ib] / (w.sum() - w[ia])
-        assert abs(c / N - p) < 4 * np.sqrt(p * (1 - p) / N) + 1e-3
-
-
-def test_uniform_and_group_std_behave_as_named():
-    from scipy.stats import chisquare
-
-    adv = [0.0, 0.1, -0.5, 1.0]
-    buf = _buffer_with_advantages(adv, priority="uniform", seed=1)
-    counts = np.bincount([int(buf.sampler.sample(buf.storage, 1, buf.rng)[0]) for _ in range(8000)], minlength=4)
-    assert chisquare(counts).pvalue > 1e-3
-    # group_std: rows of one group share a weight whatever their |A|
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, priority="group_std"), seed=0)
-    b = make_batch(2, 4, rewards=torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0]))
-    buf.add(b, 0)
-    w = buf.storage.col("weight")[buf.storage.valid_slots()]
-    assert np.allclose(w[:4], w[0]) and np.allclose(w[4:], w[4]) and w[4] > w[0]  # std 0.577 > 0.5
-
-
-def test_group_granularity_draws_whole_groups():
-    buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0), seed=0)
-    buf.add(make_batch(n_groups=6, group_size=4, seed=2), 0)
-    out = buf.sample(6, 1)
-    assert len(out) == 8  # two whole groups reach 6 rows
-    ids, counts = out.group_ids.unique(return_counts=True)
-    assert len(ids) == 2 and (counts == 4).all()
-
-
-@pytest.mark.parametrize("granularity", ["rollout", "group"])
-def test_capacity_backstop_oldest_first(granularity):
-    buf = ReplayBuffer(ReplayConfig(capacity=10, tau_max=None, granularity=granularity), seed=0)
-    for t in range(5):
-        buf.add(make_batch(1, 4, step=t, seed=t), t)
-        assert len(buf) <= 10
-    births = buf.storage.col("birth_step")[buf.storage.valid_slots()]
-    assert births.min() >= 2  # the oldest went first
-    if granularity == "group":
-        assert len(buf) == 8  # whole groups only
-
-
 def _run(buf, steps, start=0):
     draws = []
     for t in range(start, start + steps):
@@ -226,3 +130,20 @@ def test_stats_report_memory():
     s = buf.stats(3)
     assert s["buffer/size"] == 16 and s["buffer/mean_age"] == 3 and s["buffer/bytes"] > 0
     assert s["buffer/age_hist"] == [0, 0, 0, 16]
+
+
+def test_state_keeps_named_totals_and_old_list_totals_still_load():
+    a = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=1, capacity=6), seed=0)
+    for t in range(4):
+        a.add(make_batch(1, 4, step=t, seed=t), t)
+        a.sample(2, t + 1)
+    state = a.state_dict()
+    assert state["totals"] == {"added": a.total_added, "evicted_age": a.total_evicted_age,
+                               "evicted_capacity": a.total_evicted_capacity}
+    old = {**state, "version": 2, "totals": [a.total_added, a.total_evicted_age, a.total_evicted_capacity]}
+    b = ReplayBuffer(a.config)
+    b.load_state_dict(old)
+    assert (b.total_added, b.total_evicted_age, b.total_evicted_capacity) == (16, a.total_evicted_age, a.total_evicted_capacity)
+    with pytest.raises(ValueError, match="totals"):
+        ReplayBuffer(a.config).load_state_dict({**state, "totals": {"added": 16}})
+

@@ -16,7 +16,7 @@ def _filled(cfg, n_groups=8, seed=0):
 def test_fresh_anchored_sizes(n_fresh_groups):
     buf = _filled(ReplayConfig(warmup_steps=0))
     fresh = make_batch(n_fresh_groups, 4, step=3, seed=9)
-    out = compose_batch(fresh, buf, 3)
+    out = compose_batch(fresh, buf, 3).batch
     n = len(fresh)
     assert len(out) == n + round(0.5 * n)
     assert (~out.is_replay).sum() == n and out.is_replay.sum() == round(0.5 * n)
@@ -27,7 +27,7 @@ def test_fresh_anchored_sizes(n_fresh_groups):
 def test_pool_keeps_total_fixed(preset):
     buf = _filled(ReplayConfig.from_preset(preset, warmup_steps=0))
     fresh = make_batch(8, 4, step=3, seed=9)
-    out = compose_batch(fresh, buf, 3)
+    out = compose_batch(fresh, buf, 3).batch
     assert len(out) == len(fresh)
     n_rep = int(out.is_replay.sum())
     assert n_rep == 8  # whole groups of 4, at most round(32 * 0.5 / 1.5) = 11 rows: never overshoots
@@ -44,7 +44,7 @@ def test_pool_whole_group_draws_never_overshoot_the_share(preset, ratio, n_fresh
     for t in range(3):
         buf.add(make_batch(6, group_size, step=t, seed=t, rewards=torch.arange(6 * group_size).float() % 3), t)
     fresh = make_batch(n_fresh_groups, group_size, step=3, seed=9)
-    out = compose_batch(fresh, buf, 3)
+    out = compose_batch(fresh, buf, 3).batch
     n = len(fresh)
     k = round(n * ratio / (1 + ratio))
     rep = out.select(out.is_replay.nonzero().flatten())
@@ -57,21 +57,21 @@ def test_pool_whole_group_draws_never_overshoot_the_share(preset, ratio, n_fresh
 def test_pool_rollout_granularity_exact():
     buf = _filled(ReplayConfig(composition="pool", warmup_steps=0))
     fresh = make_batch(6, 4, step=3, seed=9)
-    out = compose_batch(fresh, buf, 3)
+    out = compose_batch(fresh, buf, 3).batch
     assert len(out) == 24 and int(out.is_replay.sum()) == 8
 
 
 def test_warmup_and_grpo_compose_fresh_only():
     fresh = make_batch(4, 4, step=1, seed=9)
-    assert len(compose_batch(fresh, _filled(ReplayConfig(warmup_steps=5)), 1)) == len(fresh)
-    assert compose_batch(fresh, _filled(ReplayConfig.grpo(warmup_steps=0)), 1).is_replay.sum() == 0
+    assert len(compose_batch(fresh, _filled(ReplayConfig(warmup_steps=5)), 1).batch) == len(fresh)
+    assert compose_batch(fresh, _filled(ReplayConfig.grpo(warmup_steps=0)), 1).batch.is_replay.sum() == 0
 
 
 def test_padding_and_metrics():
     buf = ReplayBuffer(ReplayConfig(warmup_steps=0), seed=0)
     buf.add(make_batch(4, 4, step=0, seed=1, max_prompt=9, max_completion=12), 0)
     fresh = make_batch(4, 4, step=2, seed=2, max_prompt=3, max_completion=4)
-    out = compose_batch(fresh, buf, 2)
+    out = compose_batch(fresh, buf, 2).batch
     P, C = out.prompt_ids.shape[1], out.completion_ids.shape[1]
     assert P >= 3 and C >= 4
     assert (out.prompt_mask[:, -1] == 1).all()  # prompts left-padded: last column always real
@@ -95,7 +95,7 @@ def test_concat_rejects_mixed_ref():
 def test_fresh_index_maps_kept_rows(preset):
     buf = _filled(ReplayConfig.from_preset(preset, warmup_steps=0))
     fresh = make_batch(6, 4, step=3, seed=9)
-    out, idx = compose_batch(fresh, buf, 3, return_fresh_index=True)
+    out, idx = compose_batch(fresh, buf, 3)
     kept = out.select(torch.nonzero(~out.is_replay).flatten())
     assert len(idx) == len(kept) and bool((~out.is_replay[: len(idx)]).all())  # fresh rows come first
     assert torch.equal(kept.advantages, fresh.advantages[idx])

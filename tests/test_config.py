@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
+import yaml
 
 from grpo_replay import PRESETS, ReplayConfig
+from grpo_replay.configio import field_docs
 
 
 def test_defaults_are_the_papers():
@@ -47,3 +51,26 @@ def test_invalid_config_names_field_and_allowed(field, value, allowed):
 def test_unknown_preset():
     with pytest.raises(ValueError, match="allowed: paper, grpo, uniform_pool, sigma_pool"):
         ReplayConfig.from_preset("best")
+
+
+VERL_REPLAY_GROUP = Path(__file__).resolve().parents[1] / "src/grpo_replay/integrations/verl/config/replay"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_verl_replay_group_matches_replay_config(preset):
+    """The verl Hydra group is generated from ReplayConfig (integrations/verl/replay_group.py, run in the verl
+    environment); this checks, without verl, that a changed core field, default, preset or docstring was regenerated."""
+    path = VERL_REPLAY_GROUP / f"{preset}.yaml"
+    values = yaml.safe_load(path.read_text())
+    core = {k: values[k] for k in values if k in ReplayConfig.__dataclass_fields__}
+    assert values["preset"] == preset
+    assert core == ReplayConfig.from_preset(preset).to_dict(), f"regenerate {path} (python -m grpo_replay.integrations.verl.replay_group)"
+    comments, docs = {}, field_docs(ReplayConfig)
+    block: list[str] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# "):
+            block.append(line[2:])
+        elif line and not line.startswith("#"):
+            comments[line.split(":")[0]] = " ".join(block)
+            block = []
+    assert {k: comments[k] for k in core} == {k: docs[k] for k in core}

@@ -12,7 +12,12 @@ def test_duplicate_name_raises():
 
 
 def test_unknown_name_lists_allowed():
-    with pytest.raises(ValueError, match="unknown priority 'x'; allowed: abs_advantage, group_std, uniform"):
+    with pytest.raises(ValueError, match="unknown priority 'x'; allowed: .*abs_advantage"):
         PRIORITIES.get("x")
-    assert COMPOSITIONS.names() == ["fresh_anchored", "pool"]
-    assert AGGREGATIONS.names() == ["dr_grpo", "seq_mean", "token_mean"]
+
+
+def test_the_papers_names_are_registered():
+    """The method's and its baselines' names (METHOD.md); other entries may be registered besides."""
+    assert {"abs_advantage", "group_std", "uniform"} <= set(PRIORITIES.names())
+    assert {"fresh_anchored", "pool"} <= set(COMPOSITIONS.names())
+    assert {"token_mean"} <= set(AGGREGATIONS.names())

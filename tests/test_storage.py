@@ -1,11 +1,10 @@
-"""Storage arenas, the sum tree, the tree sampler and the padded concatenation."""
+"""Storage (storage.py): the sum tree, the padded arenas, the packed mask and scattered slots."""
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
-from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch
-from grpo_replay.storage import SumTree
+from grpo_replay import ReplayBuffer, ReplayConfig
+from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, pack_mask
 from helpers import make_batch
 
 
@@ -29,59 +28,6 @@ def test_sum_tree_updates_equal_a_rebuild():
         assert np.isclose(tree.total, w.sum())
         u = rng.random(50) * tree.total
         assert np.array_equal(tree.find(u), np.searchsorted(np.cumsum(w), u, side="right").clip(max=n - 1))
-
-
-def _buffer(weights, seed=0):
-    """One rollout per weight, |A| = weight, alpha = 1: sampling weight = weight + eps."""
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, alpha=1.0), seed=seed)
-    b = make_batch(n_groups=len(weights), group_size=1, seed=0)
-    b.advantages = torch.tensor(weights, dtype=torch.float32)
-    buf.add(b, 0)
-    return buf, np.asarray(weights, dtype=np.float64) + 1e-6
-
-
-def _pair_counts(buf, n_draws):
-    slots = buf.storage.valid_slots().tolist()
-    counts = {}
-    for _ in range(n_draws):
-        a, b = (slots.index(s) for s in buf.sampler.sample(buf.storage, 2, buf.rng))
-        counts[(a, b)] = counts.get((a, b), 0) + 1
-    return counts
-
-
-@pytest.mark.parametrize("max_rounds", [4, 0])
-def test_tree_sampler_is_successive_proportional(max_rounds):
-    """k = 2 of 12 on the tree path (max_rounds 4) or the Gumbel finish alone (0): either way the pair
-    (first, second) has probability w_a / W * w_b / (W - w_a) (chi-square over all 132 ordered pairs)."""
-    buf, w = _buffer([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 0.5, 1.0, 4.0, 1.0, 2.0, 3.0], seed=1)
-    buf.sampler.MAX_ROUNDS, buf.sampler.TREE_MIN_ROWS = max_rounds, 0
-    assert 2 * buf.sampler.TREE_MAX_FRACTION <= len(buf)  # the tree path is taken
-    N = 12_000
-    counts = _pair_counts(buf, N)
-    W = w.sum()
-    pairs = [(a, b) for a in range(12) for b in range(12) if a != b]
-    expected = np.array([w[a] / W * w[b] / (W - w[a]) for a, b in pairs]) * N
-    observed = np.array([counts.get(p, 0) for p in pairs])
-    assert observed.sum() == N
-    assert chisquare(observed, expected).pvalue > 1e-3
-    # power: the same draws are far from "second uniform among the rest"
-    wrong = np.array([w[a] / W / 11 for a, b in pairs]) * N
-    assert chisquare(observed, wrong).pvalue < 1e-6
-
-
-def test_gumbel_finish_after_a_partial_tree_draw():
-    """One heavy item: the i.i.d. round finds it alone; the Gumbel finish draws the rest, uniform here."""
-    buf, w = _buffer([1000.0] + [1.0] * 11, seed=2)
-    buf.sampler.MAX_ROUNDS, buf.sampler.TREE_MIN_ROWS = 1, 0
-    seconds = np.zeros(12)
-    slots = buf.storage.valid_slots().tolist()
-    for _ in range(3000):
-        out = [slots.index(s) for s in buf.sampler.sample(buf.storage, 3, buf.rng)]
-        assert len(set(out)) == 3
-        if out[0] == 0:
-            seconds[out[1]] += 1
-    assert seconds[0] == 0 and seconds.sum() > 2800
-    assert chisquare(seconds[1:]).pvalue > 1e-3
 
 
 def _rows(batch, i):
@@ -121,54 +67,6 @@ def test_prompt_with_interior_zeros_is_compacted_and_ref_presence_must_agree():
         buf.add(make_batch(1, 2, with_ref=True), 1)
 
 
-def _concat_reference(batches):
-    """Pad every part to the shared widths (prompts left, completions right), then cat."""
-    P = max(b.prompt_ids.shape[1] for b in batches)
-    C = max(b.completion_ids.shape[1] for b in batches)
-    out = {}
-    for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps"):
-        parts = []
-        for b in batches:
-            t = getattr(b, name)
-            pad = (P - t.shape[1], 0) if name.startswith("prompt") else (0, C - t.shape[1])
-            parts.append(torch.nn.functional.pad(t, pad))
-        out[name] = torch.cat(parts)
-    return out
-
-
-@pytest.mark.parametrize("same_widths", [True, False])
-def test_concat_pads_with_zeros_to_shared_widths(same_widths):
-    a = make_batch(2, 2, seed=1, max_prompt=5, max_completion=7)
-    if same_widths:  # the torch.cat path
-        b = a.select(torch.tensor([3, 0, 1]))
-        b.completion_ids = b.completion_ids + 100
-    else:  # wider prompts, narrower completions: both kinds of padding
-        b = make_batch(1, 3, seed=2, max_prompt=9, max_completion=3)
-        assert b.prompt_ids.shape[1] > a.prompt_ids.shape[1] and b.completion_ids.shape[1] < a.completion_ids.shape[1]
-    # garbage in the output buffer must not leak into padding: fill the allocator with non-zero memory first
-    for _ in range(3):
-        torch.full((64, 64), 7)
-    out = RolloutBatch.concat([a, b])
-    ref = _concat_reference([a, b])
-    for name, t in ref.items():
-        assert torch.equal(getattr(out, name), t), name
-    assert torch.equal(out.advantages, torch.cat([a.advantages, b.advantages]))
-
-
-def test_tree_sampler_with_replacement_is_proportional():
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, alpha=1.0, replacement=True), seed=4)
-    weights = [0.5, 1.0, 2.0, 4.0, 0.0, 3.0]
-    b = make_batch(n_groups=len(weights), group_size=1, seed=0)
-    b.advantages = torch.tensor(weights)
-    buf.add(b, 0)
-    buf.sampler.TREE_MIN_ROWS = 0
-    draws = buf.sampler.sample(buf.storage, 30_000, buf.rng)
-    slots = buf.storage.valid_slots().tolist()
-    counts = np.bincount([slots.index(s) for s in draws], minlength=len(weights))
-    p = np.array(weights) + 1e-6
-    assert chisquare(counts, p / p.sum() * len(draws)).pvalue > 1e-3
-
-
 def test_ref_arena_only_with_ref_rows_and_ref_added_after_wider_rows_round_trips(tmp_path):
     buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=0), seed=0)
     buf.add(make_batch(2, 2, seed=1, max_completion=12), 0)
@@ -184,3 +82,43 @@ def test_ref_arena_only_with_ref_rows_and_ref_added_after_wider_rows_round_trips
         for i in range(len(b)):
             c = int(b.completion_mask[i].sum())
             assert torch.equal(out.ref_logps[i, :c], b.ref_logps[i, :c])
+
+
+@pytest.mark.parametrize("width", [0, 1, 7, 8, 9, 17])
+def test_pack_mask_keeps_every_position_and_finds_the_last_counted_one(width):
+    rng = np.random.default_rng(width)
+    mask = (rng.random((20, width)) < 0.5).astype(np.int64) * rng.integers(1, 3, (20, width))  # any nonzero counts
+    mask[0] = 0  # an empty completion
+    packed, lengths = pack_mask(mask)
+    assert packed.dtype == np.uint8 and packed.shape == (20, (width + 7) // 8)
+    assert np.array_equal(np.unpackbits(packed, axis=1, count=width).astype(bool), mask != 0)
+    last = [int(np.flatnonzero(r)[-1]) + 1 if r.any() else 0 for r in mask]
+    assert lengths.tolist() == last
+
+
+def _columns(n, weight=1.0):
+    cols = {k: np.zeros(n) for k in ("birth_step", "advantage", "reward", "group_std", "group_key", "prompt_key")}
+    return {**cols, "weight": np.full(n, weight)}
+
+
+def test_storage_add_remove_and_tokens_directly():
+    st = RolloutStorage(initial_slots=2)
+    mask = np.array([[1, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+    packed, clen = pack_mask(mask)
+    completion = {"comp_ids": np.arange(12).reshape(3, 4), "mask": packed, "logps": -np.ones((3, 4)), "ref": None}
+    prompt = np.array([[0, 5], [6, 7], [0, 0]], np.int32)
+    slots = st.add({**_columns(3), "prompt_len": np.array([1, 2, 0]), "comp_len": clen}, prompt, completion)
+    assert sorted(slots.tolist()) == [0, 1, 2] and len(st) == 3 and st.slots >= 3 and st.tree.total == 3.0
+    row = st.tokens(int(slots[0]))
+    assert isinstance(row, StoredRow) and row.ref is None
+    assert row.prompt_ids.tolist() == [5] and row.completion_ids.tolist() == [0, 1, 2]
+    assert row.mask.tolist() == [True, False, True] and row.logps.dtype == np.float32
+    assert st.tokens(int(slots[2])).completion_ids.tolist() == [] and st.col("comp_len")[slots].tolist() == [3, 2, 0]
+    st.remove(slots[1:2])
+    assert len(st) == 2 and st.tree.total == 2.0 and not st.valid[slots[1]]
+    with pytest.raises(KeyError):
+        st.remove(slots[1:2])
+    one = {k: (v[:1] if v is not None else None) for k, v in completion.items()}
+    again = st.add({**_columns(1), "prompt_len": np.array([1]), "comp_len": clen[:1]}, prompt[:1], one)
+    assert again.tolist() == [slots[1]]  # the freed slot is reused
+

@@ -1,13 +1,15 @@
 """`ReplayBuffer`: stores rollouts, evicts by age (and capacity), samples by priority.
 
-Glue over three small parts, each with state_dict/load_state_dict: `RolloutStorage` (what is kept),
-`AgeEviction`/`CapacityEviction` (what is dropped) and `PrioritizedSampler` (what is drawn). Advantages,
-group statistics, behaviour log-probs and the sampling weight are frozen at insertion (METHOD.md).
+Glue over small parts: `RolloutStorage` (what is kept), two `Eviction`s (what is dropped: `AgeEviction`
+before each draw, `CapacityEviction` after each insert) and a `Sampler` (what is drawn), each with
+state_dict/load_state_dict (`parts.BufferPart`); the priority (`PRIORITIES`) weighs rows at insertion.
+Advantages, group statistics, behaviour log-probs and the sampling weight are frozen at insertion
+(METHOD.md).
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -15,23 +17,43 @@ import torch
 from . import buffer_state
 from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
-from .eviction import AgeEviction, CapacityEviction
+from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
 from .rollout import RolloutBatch, check_token_ids
-from .sampler import PrioritizedSampler
-from .storage import RolloutStorage
+from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
+from .storage import RolloutStorage, pack_mask
 
 __all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
 
 class ReplayBuffer:
-    def __init__(self, config: Optional[ReplayConfig] = None, seed: int = 0):
+    """Fresh rollouts kept for replay, each with its birth step, frozen advantage and sampling weight.
+
+    Holds a `RolloutStorage`, an age and a capacity `Eviction`, a `Sampler`, the priority function named by
+    the config, the seeded generator the sampler draws from, and counters. Invariants: no stored row was
+    born after `last_step`; `total_added == len(self) + total_evicted_age + total_evicted_capacity`; group
+    keys are unique across inserts; a saved and reloaded buffer draws exactly what the original would.
+    The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
+    capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one.
+    """
+
+    def __init__(
+        self,
+        config: Optional[ReplayConfig] = None,
+        seed: int = 0,
+        *,
+        sampler: Optional[Sampler] = None,
+        age_eviction: Optional[Eviction] = None,
+        capacity_eviction: Optional[Eviction] = None,
+    ):
         self.config = config or ReplayConfig()
+        by_group = self.config.granularity == "group"
         self.rng = np.random.default_rng(seed)
         self.storage = RolloutStorage()
-        self.age_eviction = AgeEviction(self.config.tau_max)
-        self.capacity_eviction = CapacityEviction(self.config.capacity, whole_groups=self.config.granularity == "group")
-        self.sampler = PrioritizedSampler(self.config.replacement, by_group=self.config.granularity == "group")
+        self.age_eviction = age_eviction or AgeEviction(self.config.tau_max)
+        self.capacity_eviction = capacity_eviction or CapacityEviction(self.config.capacity, whole_groups=by_group)
+        sampler_cls = GroupPrioritizedSampler if by_group else PrioritizedSampler
+        self.sampler = sampler or sampler_cls(self.config.replacement)
         self._priority = PRIORITIES.get(self.config.priority)
         self._next_group = 0
         self.total_added = 0
@@ -71,24 +93,30 @@ class ReplayBuffer:
             raise ValueError("ReplayBuffer.add: group_std must be finite")
         _, inv = np.unique(batch.group_ids.cpu().numpy(), return_inverse=True)
         group_key = self._next_group + inv.astype(np.int64)
-        self._next_group += int(inv.max()) + 1
         pk = np.full(n, -1, np.int64) if prompt_keys is None else np.asarray(prompt_keys, dtype=np.int64)
-        prompt, plen, completion = _arena_rows(batch)
-        weight = self._priority(adv, std, self.config.alpha, self.config.eps)
-        scalars = {
+        rows = _arena_rows(batch)
+        columns = {
             "birth_step": np.full(n, step, np.int64),
             "advantage": adv,
             "reward": batch.rewards.detach().cpu().numpy().astype(np.float32),
             "group_std": std,
             "group_key": group_key,
             "prompt_key": pk,
-            "weight": weight,
-            "prompt_len": plen,
+            "prompt_len": rows.prompt_len,
+            "comp_len": rows.comp_len,
         }
-        self.storage.add(scalars, prompt, completion)
+        weight = np.asarray(self._priority(columns, self.config), dtype=np.float64)
+        if weight.shape != (n,) or not (np.isfinite(weight) & (weight >= 0)).all():
+            raise ValueError(
+                f"ReplayBuffer.add: priority {self.config.priority!r} must give {n} finite weights >= 0, "
+                f"got shape {weight.shape}"
+            )
+        self._next_group += int(inv.max()) + 1
+        scalars = {**columns, "weight": weight}
+        self.storage.add(scalars, rows.prompt_ids, rows.completion)
         self._see(step)
         self.total_added += n
-        evict = self.capacity_eviction.select(self.storage)
+        evict = self.capacity_eviction.select(self.storage, self.last_step)
         self.storage.remove(evict)
         self.total_evicted_capacity += len(evict)
         return n
@@ -136,7 +164,7 @@ class ReplayBuffer:
             prompt_ids=rows(st.prompt_ids, slice(Wp - P, Wp), np.int64),
             prompt_mask=torch.from_numpy((np.arange(P)[None, :] >= (P - plen)[:, None]).astype(np.int64)),
             completion_ids=rows(arena["comp_ids"], slice(0, C), np.int64),
-            completion_mask=rows(arena["mask"], slice(0, C), np.int64),
+            completion_mask=torch.from_numpy(st.masks(slots, C).astype(np.int64)),
             behaviour_logps=rows(arena["logps"], slice(0, C), np.float32),
             advantages=col("advantage"),
             rewards=col("reward"),
@@ -146,9 +174,6 @@ class ReplayBuffer:
             is_replay=torch.ones(n, dtype=torch.bool),
             ref_logps=rows(arena["ref"], slice(0, C), np.float32) if st.has_ref and n else None,
         )
-
-    def prompt_keys(self, slots: np.ndarray) -> np.ndarray:
-        return self.storage.col("prompt_key")[slots]
 
     # --- diagnostics --------------------------------------------------------------------------------
     def stats(self, step: int) -> dict[str, Any]:
@@ -171,7 +196,11 @@ class ReplayBuffer:
             "config": self.config.to_dict(),
             "rng": self.rng.bit_generator.state,
             "next_group": self._next_group,
-            "totals": [self.total_added, self.total_evicted_age, self.total_evicted_capacity],
+            "totals": {
+                "added": self.total_added,
+                "evicted_age": self.total_evicted_age,
+                "evicted_capacity": self.total_evicted_capacity,
+            },
             "step": self.last_step,
             "storage": self.storage.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -184,10 +213,13 @@ class ReplayBuffer:
         self._load_validated(state, {"json": "replay buffer state", "npz": "replay buffer state"})
 
     def _load_validated(self, state: dict[str, Any], where: dict[str, str]) -> None:
-        buffer_state.validate(state, self.config, where)
+        parts = {"sampler": self.sampler, "age_eviction": self.age_eviction, "capacity_eviction": self.capacity_eviction}
+        buffer_state.validate(state, self.config, where, parts)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
-        self.total_added, self.total_evicted_age, self.total_evicted_capacity = (int(x) for x in state["totals"])
+        totals = buffer_state.totals(state["totals"])
+        self.total_added, self.total_evicted_age = totals["added"], totals["evicted_age"]
+        self.total_evicted_capacity = totals["evicted_capacity"]
         st = state["storage"]
         births = st["col.birth_step"][st["valid"]]
         # Version 1 files predate "step": their newest birth step is the best bound there is.
@@ -221,25 +253,36 @@ class ReplayBuffer:
         return buf
 
 
-def _arena_rows(batch: RolloutBatch):
-    """A fresh batch as arena input: (prompt ids (n, P') int32, left-padded with zeros, P' the longest
-    prompt; prompt lengths; completion arrays {comp_ids, mask, logps, ref}, numpy views of the batch, no
-    copy). Prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
-    zeros are squeezed out, as before). The prompt is small next to the completions: it alone is copied here."""
+class _ArenaRows(NamedTuple):
+    """A fresh batch as arena input (see `_arena_rows`)."""
+
+    prompt_ids: np.ndarray  # (n, P') int32, left-padded with zeros, P' the longest prompt
+    prompt_len: np.ndarray  # (n,) int64
+    comp_len: np.ndarray  # (n,) int64, last counted completion position + 1
+    completion: dict[str, Optional[np.ndarray]]  # comp_ids, mask (packed), logps, ref: for RolloutStorage.add
+
+
+def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
+    """A fresh batch as arena input. Completion arrays are numpy views of the batch (no copy) and the
+    mask packed to bits; prompts are compacted to their real tokens (a prompt mask is normally contiguous;
+    interior zeros are squeezed out, as before). The prompt is small next to the completions: it alone is
+    copied here."""
     pm = batch.prompt_mask.cpu().numpy() != 0
     pid = batch.prompt_ids.cpu().numpy()
     n, P = pm.shape
-    plen = pm.sum(1).astype(np.int64)
+    plen = np.count_nonzero(pm, axis=1).astype(np.int64)
     Pw = int(plen.max()) if n else 0
     left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
     if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
         order = np.argsort(pm, axis=1, kind="stable")
         pid, pm = np.take_along_axis(pid, order, 1), left_padded
-    prompt = np.where(pm, pid, 0)[:, P - Pw :].astype(np.int32)
+    prompt = pid[:, P - Pw :].astype(np.int32)
+    prompt[~pm[:, P - Pw :]] = 0
+    packed, comp_len = pack_mask(batch.completion_mask.cpu().numpy())
     completion = {
         "comp_ids": batch.completion_ids.cpu().numpy(),
-        "mask": batch.completion_mask.cpu().numpy(),
+        "mask": packed,
         "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
         "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
     }
-    return prompt, plen, completion
+    return _ArenaRows(prompt, plen, comp_len, completion)

@@ -16,14 +16,17 @@ import os
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from .storage import COLUMNS, _LENGTH_COLUMNS
 
-STATE_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: no checksum and no "step" (its birth-step bound is then the newest birth step)
+STATE_VERSION = 3
+# 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
+# list [added, evicted by age, evicted by capacity] (3: an object with those names, TOTALS)
+READABLE_VERSIONS = (1, 2, 3)
+TOTALS = ("added", "evicted_age", "evicted_capacity")
 JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sampler", "age_eviction",
              "capacity_eviction", "storage_scalars", "checksum"}
 SCALAR_KEYS = {"count", "seq", "has_ref"}
@@ -117,11 +120,19 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
     return state, where
 
 
-def validate(state: Any, config, where: dict[str, str]) -> None:
-    """Raise BufferStateError unless `state` is a loadable state dict for a buffer with `config`."""
-    from .config import ReplayConfig
-    from .priority import PRIORITIES
+def totals(value: Any) -> dict[str, int]:
+    """The counters of a state's "totals": an object keyed by TOTALS, or (versions 1-2) a list in that order.
+    Raises ValueError unless each is an integer >= 0."""
+    if isinstance(value, list) and len(value) == len(TOTALS):
+        value = dict(zip(TOTALS, value))
+    if not (isinstance(value, dict) and set(value) == set(TOTALS) and all(_is_int(x) and x >= 0 for x in value.values())):
+        raise ValueError(f"must be an object {{{', '.join(TOTALS)}}} of integers >= 0")
+    return {k: int(value[k]) for k in TOTALS}
 
+
+def validate(state: Any, config, where: dict[str, str], parts: Optional[dict[str, Any]] = None) -> None:
+    """Raise BufferStateError unless `state` is a loadable state dict for a buffer with `config` and these
+    parts (name -> `BufferPart`; a stateless part's saved state must be {})."""
     js, npz = where["json"], where["npz"]
 
     def bad(field: str, problem: str, file: str = js) -> None:
@@ -129,6 +140,23 @@ def validate(state: Any, config, where: dict[str, str]) -> None:
 
     if not isinstance(state, dict):
         raise BufferStateError(f"{js}: a replay buffer state must be a dict, not {type(state).__name__}")
+    version = _validate_header(state, config, parts or {}, bad)
+    st = state["storage"]
+    if not isinstance(st, dict):
+        bad("storage", "must be a dict")
+    for k in sorted(SCALAR_KEYS):
+        if k not in st:
+            bad(f"storage_scalars.{k}", "is missing")
+    for k in sorted(set(st) - SCALAR_KEYS - set(ARRAY_DTYPES)):
+        bad(k, "is not a replay buffer state field", npz)
+    _validate_columns(state, st, config, version, bad, npz)
+    _validate_tokens(st, bad, npz)
+
+
+def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
+    """The JSON side: version, keys, config, generator, parts, counters. Returns the version."""
+    from .config import ReplayConfig
+
     version = state.get("version")
     if not _is_int(version) or version not in READABLE_VERSIONS:
         bad("version", f"is {version!r}; readable versions: {', '.join(map(str, READABLE_VERSIONS))}")
@@ -152,25 +180,25 @@ def validate(state: Any, config, where: dict[str, str]) -> None:
     except (TypeError, ValueError, KeyError, OverflowError) as e:
         bad("rng", f"is not a PCG64 generator state: {e!r}")
     for k in ("sampler", "age_eviction", "capacity_eviction"):
-        if state[k] != {}:
-            bad(k, "must be {} (these parts keep no state)")
+        stateless = getattr(parts.get(k), "STATELESS", True)
+        if not isinstance(state[k], dict) or (stateless and state[k] != {}):
+            bad(k, "must be {} (these parts keep no state)" if stateless else "must be an object")
     if not _is_int(state["next_group"]) or state["next_group"] < 0:
         bad("next_group", "must be an integer >= 0")
-    totals = state["totals"]
-    if not (isinstance(totals, list) and len(totals) == 3 and all(_is_int(x) and x >= 0 for x in totals)):
-        bad("totals", "must be a list of 3 integers >= 0 (added, evicted by age, evicted by capacity)")
+    try:
+        totals(state["totals"])
+    except ValueError as e:
+        bad("totals", str(e))
     step = state.get("step")
     if step is not None and not _is_int(step):
         bad("step", "must be an integer or null")
+    return version
 
-    st = state["storage"]
-    if not isinstance(st, dict):
-        bad("storage", "must be a dict")
-    for k in sorted(SCALAR_KEYS):
-        if k not in st:
-            bad(f"storage_scalars.{k}", "is missing")
-    for k in sorted(set(st) - SCALAR_KEYS - set(ARRAY_DTYPES)):
-        bad(k, "is not a replay buffer state field", npz)
+
+def _validate_columns(state: dict, st: dict, config, version: int, bad, npz: str) -> None:
+    """Storage scalars, array dtypes, the slot layout and the scalar columns of the stored rows."""
+    from .priority import PRIORITIES
+
     count, seq, has_ref = st["count"], st["seq"], st["has_ref"]
     if not _is_int(count) or count < 0:
         bad("storage_scalars.count", "must be an integer >= 0")
@@ -185,7 +213,6 @@ def validate(state: Any, config, where: dict[str, str]) -> None:
         if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != 1:
             got = f"{a.dtype} with shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
             bad(k, f"must be a 1-D {dt} array, got {got}", npz)
-
     valid = st["valid"]
     S = len(valid)
     for k in ARRAY_DTYPES:
@@ -198,17 +225,22 @@ def validate(state: Any, config, where: dict[str, str]) -> None:
         bad("free", "must list each unused slot exactly once (no duplicates, no used or out-of-range slot)", npz)
     if bool(has_ref) and count == 0:
         bad("storage_scalars.has_ref", "is true for an empty buffer")
-    slots = np.flatnonzero(valid)
-    col = {k[4:]: st[k][slots] for k in ARRAY_DTYPES if k.startswith("col.")}
+    col = {k[4:]: st[k][np.flatnonzero(valid)] for k in ARRAY_DTYPES if k.startswith("col.")}
     for k in ("advantage", "reward", "group_std"):
         if not np.isfinite(col[k]).all():
             bad(f"col.{k}", "holds NaN or inf in a stored row", npz)
     if (col["group_std"] < 0).any():
         bad("col.group_std", "holds a negative group standard deviation", npz)
-    expected = PRIORITIES.get(config.priority)(col["advantage"], col["group_std"], config.alpha, config.eps)
+    for k in ("prompt_len", "comp_len"):
+        if len(st[k]) != count:
+            bad(k, f"has {len(st[k])} entries for {count} stored rows", npz)
+        if (st[k] < 0).any():
+            bad(k, "holds a negative length", npz)
+    expected = PRIORITIES.get(config.priority)({**col, "prompt_len": st["prompt_len"], "comp_len": st["comp_len"]}, config)
     if not np.array_equal(col["weight"], expected):
         bad("col.weight", f"does not equal the {config.priority} priority of the stored advantages "
             "(weights are frozen at insertion: negative, NaN or edited weights are refused)", npz)
+    step = state.get("step")
     if count:
         newest = int(col["birth_step"].max())
         if version >= 2 and (step is None or newest > step):
@@ -219,15 +251,14 @@ def validate(state: Any, config, where: dict[str, str]) -> None:
         bad("col.prompt_key", "must be >= -1 (-1: no prompt key)", npz)
     if (col["seq"] < 0).any() or (col["seq"] >= seq).any() or len(np.unique(col["seq"])) != count:
         bad("col.seq", f"must be distinct insertion numbers in [0, seq={seq})", npz)
-    if totals[0] != count + totals[1] + totals[2]:
-        bad("totals", f"added {totals[0]} != stored {count} + evicted {totals[1]} + {totals[2]}")
+    t = totals(state["totals"])
+    if t["added"] != count + t["evicted_age"] + t["evicted_capacity"]:
+        bad("totals", f"added {t['added']} != stored {count} + evicted {t['evicted_age']} + {t['evicted_capacity']}")
 
-    plen, clen = st["prompt_len"], st["comp_len"]
-    for k, lens in (("prompt_len", plen), ("comp_len", clen)):
-        if len(lens) != count:
-            bad(k, f"has {len(lens)} entries for {count} stored rows", npz)
-        if (lens < 0).any():
-            bad(k, "holds a negative length", npz)
+
+def _validate_tokens(st: dict, bad, npz: str) -> None:
+    """The concatenated token arrays against the lengths and masks."""
+    plen, clen, has_ref = st["prompt_len"], st["comp_len"], st["has_ref"]
     n_tok = len(st["comp_ids"])
     for k in ("logps", "mask") + (("ref",) if has_ref else ()):
         if len(st[k]) != n_tok:

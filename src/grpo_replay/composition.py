@@ -7,7 +7,7 @@ integration can map the composed rows back to its own batch. `compose_batch` is 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -61,12 +61,18 @@ def _whole_groups_within(replay: RolloutBatch, k: int) -> RolloutBatch:
     return replay.select(taken[inv].nonzero().squeeze(1))
 
 
-def compose_batch(fresh: RolloutBatch, buffer, step: int, return_fresh_index: bool = False):
-    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`.
+class Composed(NamedTuple):
+    """What `compose_batch` returns (also unpacks as `batch, fresh_index = compose_batch(...)`)."""
 
-    Returns the composed batch, or (batch, fresh_index) with return_fresh_index: the indices into `fresh` of
-    the fresh rows the batch kept, in the batch's order (all of them unless the composition displaces some)."""
+    batch: RolloutBatch
+    """The update batch: the kept fresh rows first, in their original order, then the replay rows."""
+    fresh_index: torch.Tensor
+    """(n_kept,) long: indices into `fresh` of the kept rows, in the batch's order (all of them unless the
+    composition displaces some, as `pool` does)."""
+
+
+def compose_batch(fresh: RolloutBatch, buffer, step: int) -> Composed:
+    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`."""
     cfg = buffer.config
     fn = COMPOSITIONS.get(cfg.composition)
-    batch, fresh_index = fn(fresh, lambda n: buffer.sample(n, step), cfg.replay_ratio, buffer.rng)
-    return (batch, fresh_index) if return_fresh_index else batch
+    return Composed(*fn(fresh, lambda n: buffer.sample(n, step), cfg.replay_ratio, buffer.rng))

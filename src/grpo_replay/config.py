@@ -8,23 +8,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .composition import COMPOSITIONS
 from .configio import bad, is_finite, is_int
+from .priority import PRIORITIES
 
 GRANULARITIES = ("rollout", "group")
-
-# Names are checked against the live registries (imported lazily to avoid a cycle).
-
-
-def _allowed_priorities() -> list[str]:
-    from .priority import PRIORITIES
-
-    return PRIORITIES.names()
-
-
-def _allowed_compositions() -> list[str]:
-    from .composition import COMPOSITIONS
-
-    return COMPOSITIONS.names()
 
 
 @dataclass(frozen=True)
@@ -62,10 +50,11 @@ class ReplayConfig:
             bad(self, "alpha", "a finite number >= 0")
         if not is_finite(self.eps) or self.eps <= 0:
             bad(self, "eps", "a finite number > 0")
-        if self.priority not in _allowed_priorities():
-            bad(self, "priority", ", ".join(_allowed_priorities()))
-        if self.composition not in _allowed_compositions():
-            bad(self, "composition", ", ".join(_allowed_compositions()))
+        # Names are checked against the live registries, so a registered variant is valid here at once.
+        if self.priority not in PRIORITIES.names():
+            bad(self, "priority", ", ".join(PRIORITIES.names()))
+        if self.composition not in COMPOSITIONS.names():
+            bad(self, "composition", ", ".join(COMPOSITIONS.names()))
         if self.granularity not in GRANULARITIES:
             bad(self, "granularity", ", ".join(GRANULARITIES))
         if not is_int(self.warmup_steps) or self.warmup_steps < 0:

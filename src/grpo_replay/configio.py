@@ -28,9 +28,10 @@ class ConfigError(ValueError):
 # --- field validation shared by every config dataclass (ReplayConfig, LossConfig, TrainConfig) ----------
 
 
-def bad(obj: Any, name: str, allowed: str) -> NoReturn:
-    """Raise the one error of an invalid field: `Class.field=value is invalid; allowed: ...`."""
-    raise ConfigError(f"{type(obj).__name__}.{name}={getattr(obj, name)!r} is invalid; allowed: {allowed}")
+def bad(obj: Any, name: str, allowed: str, label: str | None = None) -> NoReturn:
+    """Raise the one error of an invalid field: `Class.field=value is invalid; allowed: ...`; `label` names the
+    setting as its user typed it instead of `Class.field` (e.g. a command-line flag)."""
+    raise ConfigError(f"{label or f'{type(obj).__name__}.{name}'}={getattr(obj, name)!r} is invalid; allowed: {allowed}")
 
 
 def is_int(x: Any) -> bool:
@@ -116,14 +117,13 @@ def check_value(key: str, value: Any, annotation: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
                 return check_value(key, value, a)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                pass
         raise ConfigError(f"{key}={value!r} has the wrong type; expected {_type_name(annotation)}")
     if origin is typing.Literal:
         if value in args:

@@ -1,40 +1,48 @@
-"""Eviction policies: age (the method's staleness bound) and capacity (a memory backstop only)."""
+"""Eviction policies: age (the method's staleness bound) and capacity (a memory backstop only).
+
+Every policy is an `Eviction`: `select(storage, step)` returns the slots to drop (it removes nothing itself;
+the buffer does) and `state_dict`/`load_state_dict` save what the policy keeps beyond the config.
+"""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
+from .parts import BufferPart
 from .storage import RolloutStorage
 
 
-class AgeEviction:
-    """Select every stored rollout with age = step - birth_step > tau_max (tau_max None: never)."""
+class Eviction(BufferPart):
+    """A buffer part that chooses stored rows to drop."""
+
+    def select(self, storage: RolloutStorage, step: Optional[int]) -> np.ndarray:
+        """Slots (int64, occupied, unique) to evict at optimizer step `step` (None: no step known)."""
+        raise NotImplementedError
+
+
+class AgeEviction(Eviction):
+    """Selects every stored rollout with age = step - birth_step > tau_max (tau_max None: never). Stateless."""
 
     def __init__(self, tau_max: Optional[int]):
         self.tau_max = tau_max
 
-    def select(self, storage: RolloutStorage, step: int) -> np.ndarray:
-        if self.tau_max is None or len(storage) == 0:
+    def select(self, storage: RolloutStorage, step: Optional[int]) -> np.ndarray:
+        if self.tau_max is None or step is None or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
         too_old = storage.valid & (storage.col("birth_step") < step - self.tau_max)
         return np.flatnonzero(too_old)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}  # stateless: tau_max comes from the config
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+class CapacityEviction(Eviction):
+    """Selects the oldest insertions (by the storage's insertion counter) beyond `capacity` rows; with
+    `whole_groups`, every row of a group with a selected row goes too. Stateless."""
 
-
-class CapacityEviction:
-    """Select the oldest insertions beyond `capacity`; at group granularity whole groups go together."""
-
-    def __init__(self, capacity: Optional[int], whole_groups: bool):
+    def __init__(self, capacity: Optional[int], whole_groups: bool = False):
         self.capacity = capacity
         self.whole_groups = whole_groups
 
-    def select(self, storage: RolloutStorage) -> np.ndarray:
+    def select(self, storage: RolloutStorage, step: Optional[int] = None) -> np.ndarray:
         excess = len(storage) - (self.capacity if self.capacity is not None else len(storage))
         if excess <= 0:
             return np.zeros(0, dtype=np.int64)
@@ -46,8 +54,5 @@ class CapacityEviction:
             oldest = slots[np.isin(keys[slots], keys[oldest])]
         return oldest
 
-    def state_dict(self) -> dict[str, Any]:
-        return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+__all__ = ["AgeEviction", "CapacityEviction", "Eviction"]

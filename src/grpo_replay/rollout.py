@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 PAD_ID = 0  # token id written into padding positions; masks make its value irrelevant
@@ -17,6 +18,13 @@ PAD_ID = 0  # token id written into padding positions; masks make its value irre
 
 @dataclass
 class RolloutBatch:
+    """B rollouts as padded tensors: prompts left-padded to width P, completions right-padded to width C.
+
+    Invariants (shapes checked at construction): token fields are 2-D and per-row fields 1-D, all with B
+    rows; positions with mask 0 are padding, ignored by the loss; rows of one group share a group id;
+    fresh rows have is_replay False and birth_step = the step that generated them.
+    """
+
     prompt_ids: torch.Tensor  # (B, P) long, left-padded
     prompt_mask: torch.Tensor  # (B, P) long, 1 = real token
     completion_ids: torch.Tensor  # (B, C) long, right-padded
@@ -49,6 +57,42 @@ class RolloutBatch:
             if t is not None and t.shape[0] != b:
                 raise ValueError(f"RolloutBatch.{f.name} has {t.shape[0]} rows, prompt_ids has {b}")
 
+    @classmethod
+    def fresh(
+        cls,
+        *,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        rewards: torch.Tensor,
+        group_ids: torch.Tensor,
+        group_std: torch.Tensor,
+        step: int,
+        behaviour_logps: Optional[torch.Tensor] = None,
+        ref_logps: Optional[torch.Tensor] = None,
+    ) -> "RolloutBatch":
+        """Rows generated at optimizer step `step`: birth_step = step, is_replay = False.
+
+        behaviour_logps None = zeros of the completion's shape, for a caller that reads them off the update's
+        own forward pass later (the policy has not moved between generation and that pass)."""
+        n = completion_ids.shape[0]
+        return cls(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=completion_mask,
+            behaviour_logps=torch.zeros(completion_ids.shape) if behaviour_logps is None else behaviour_logps,
+            advantages=advantages,
+            rewards=rewards,
+            group_ids=group_ids,
+            group_std=group_std,
+            birth_step=torch.full((n,), int(step), dtype=torch.long),
+            is_replay=torch.zeros(n, dtype=torch.bool),
+            ref_logps=ref_logps,
+        )
+
     def __len__(self) -> int:
         return int(self.prompt_ids.shape[0])
 
@@ -78,8 +122,6 @@ class RolloutBatch:
         batches = [b for b in batches if len(b) > 0] or list(batches[:1])
         if len(batches) == 1:
             return batches[0]
-        P = max(b.prompt_ids.shape[1] for b in batches)
-        C = max(b.completion_ids.shape[1] for b in batches)
         has_ref = [b.ref_logps is not None for b in batches]
         if any(has_ref) and not all(has_ref):
             raise ValueError("RolloutBatch.concat: ref_logps present in some batches but not all")
@@ -89,29 +131,39 @@ class RolloutBatch:
             if ts[0] is None:
                 out[f.name] = None
             elif ts[0].dim() == 2:
-                left = f.name in ("prompt_ids", "prompt_mask")
-                W = P if left else C
-                if all(t.shape[1] == W and t.dtype == ts[0].dtype and t.device == ts[0].device for t in ts):
-                    out[f.name] = torch.cat(ts)
-                    continue
-                # One uninitialised allocation; each part copied once into its slice and only the padding
-                # written besides (pad-then-cat would copy twice, zero-filling first would write twice).
-                res = ts[0].new_empty((sum(t.shape[0] for t in ts), W))
-                row = 0
-                for t in ts:
-                    n, w = t.shape
-                    part = res[row : row + n]
-                    if left:
-                        part[:, : W - w].fill_(PAD_ID)
-                        part[:, W - w :] = t
-                    else:
-                        part[:, :w] = t
-                        part[:, w:].fill_(PAD_ID)
-                    row += n
-                out[f.name] = res
+                out[f.name] = cat_padded(ts, left=f.name in ("prompt_ids", "prompt_mask"))
             else:
                 out[f.name] = torch.cat(ts)
         return RolloutBatch(**out)
+
+
+def cat_padded(
+    tensors: Sequence[torch.Tensor], left: bool, value: float = PAD_ID, multiple: Optional[int] = None
+) -> torch.Tensor:
+    """Rows of 2-D tensors stacked, each padded with `value` to the widest (rounded up to a multiple of
+    `multiple` when given): on the left (`left`, for prompts) or on the right (completions). The one
+    padded concatenation of the project: one uninitialised allocation, each part copied once into its
+    slice and only the padding written besides (pad-then-cat would copy twice, zero-filling first would
+    write twice); `torch.cat` when no padding is needed."""
+    W = max(t.shape[1] for t in tensors)
+    if multiple:
+        W = -(-W // multiple) * multiple
+    first = tensors[0]
+    if all(t.shape[1] == W and t.dtype == first.dtype and t.device == first.device for t in tensors):
+        return torch.cat(list(tensors))
+    res = first.new_empty((sum(t.shape[0] for t in tensors), W))
+    row = 0
+    for t in tensors:
+        n, w = t.shape
+        part = res[row : row + n]
+        if left:
+            part[:, : W - w].fill_(value)
+            part[:, W - w :] = t
+        else:
+            part[:, :w] = t
+            part[:, w:].fill_(value)
+        row += n
+    return res
 
 
 _TOKEN_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps", "ref_logps")
@@ -126,6 +178,10 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
             f"{where}: prompt_mask has shape {tuple(batch.prompt_mask.shape)}, prompt_ids has "
             f"{tuple(batch.prompt_ids.shape)}; they must match"
         )
+    # Fast path: one min/max pass over every position (padding included). Only when that finds an id out of
+    # range (padding may hold any value, e.g. -100) are the real tokens selected and checked precisely.
+    if all(_in_int32_range(t) for t in (batch.prompt_ids, batch.completion_ids)):
+        return
     for ids, keep in (
         (batch.prompt_ids, batch.prompt_mask.ne(0)),
         (batch.completion_ids, torch.arange(batch.completion_ids.shape[1], device=batch.completion_ids.device).unsqueeze(0)
@@ -141,6 +197,16 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
                 f"{where}: {name} holds token id {hi if hi > MAX_TOKEN_ID else lo}; "
                 f"allowed: 0 <= id <= {MAX_TOKEN_ID} (the buffer stores int32 token ids)"
             )
+
+
+def _in_int32_range(ids: torch.Tensor) -> bool:
+    """True if every entry of `ids` (any integer dtype) lies in [0, MAX_TOKEN_ID]."""
+    if ids.numel() == 0:
+        return True
+    if ids.dtype == torch.int64 and ids.device.type == "cpu":  # one max over the bits: a negative id is huge
+        return int(ids.numpy().view(np.uint64).max()) <= MAX_TOKEN_ID
+    lo, hi = torch.aminmax(ids)
+    return int(lo) >= 0 and int(hi) <= MAX_TOKEN_ID
 
 
 def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:

@@ -1,21 +1,23 @@
-"""Slot storage for rollouts: padded token arenas, CPU, numpy.
+"""Slot storage for rollouts: scalar columns and padded token arenas, CPU, numpy.
 
 Scalar fields live in columns indexed by slot. Token data lives in one preallocated arena per field, one
-row per slot: int32 prompt ids right-aligned (left-padded with zeros), int32 completion ids, bool
-completion mask, float32 behaviour log-probs and (when the rows carry them) float32 reference log-probs,
-left-aligned. Insert is one cast-copy of the padded batch per field and a draw one row gather per field
-(no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width, the
-longest row stored so far. Completion positions past a row's length (its last counted token) keep what
-the fresh batch held there (padding, masked out like the fresh row's own) up to that batch's width, and
-zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed slots are reused LIFO. The exact slot layout is part of `state_dict`,
-so a restored storage enumerates candidates in the same order and a seeded sampler draws the same rows.
+row per slot: int32 prompt ids right-aligned (left-padded with zeros); int32 completion ids, float32
+behaviour log-probs and (when the rows carry them) float32 reference log-probs left-aligned; the
+completion mask packed 8 positions to a byte (`np.packbits`, first position in the high bit). An insert
+is one copy of the batch per field, narrowed to that batch's own width, and a draw one row gather per
+field (no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width,
+the longest row stored so far. Completion positions past a row's length (its last counted token) keep
+what the fresh batch held there (padding, masked out like the fresh row's own) up to that batch's width,
+and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed slots are reused LIFO. The
+exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
+and a seeded sampler draws the same rows.
 
 A sum tree over the slots' sampling weights (0 for free slots) is kept up to date on every add and
 remove, so that the sampler can draw in O(k log N) instead of touching every stored weight.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -34,8 +36,18 @@ COLUMNS: dict[str, Any] = {
 }
 # Derived from the token arrays in the saved state, so not saved as columns (keeps the file format).
 _LENGTH_COLUMNS = ("prompt_len", "comp_len")
-# completion arenas: name -> dtype
-COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.bool_, "logps": np.float32, "ref": np.float32}
+# completion arenas: name -> dtype ("mask" holds packed bits: 8 completion positions a byte)
+COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.uint8, "logps": np.float32, "ref": np.float32}
+
+
+class StoredRow(NamedTuple):
+    """One stored row unpadded (`RolloutStorage.tokens`); arrays are views into the arenas except `mask`."""
+
+    prompt_ids: np.ndarray  # int32, the real prompt tokens
+    completion_ids: np.ndarray  # int32, up to the last counted token
+    logps: np.ndarray  # float32 behaviour log-probs
+    mask: np.ndarray  # bool completion mask
+    ref: Optional[np.ndarray]  # float32 reference log-probs, None when the rows carry none
 
 
 class SumTree:
@@ -91,6 +103,16 @@ class SumTree:
 
 
 class RolloutStorage:
+    """Stored rollouts, one slot each: scalar columns (`COLUMNS`), token arenas and a sum tree of weights.
+
+    Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
+    unoccupied slots (reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
+    right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
+    left-aligned in the completion arenas; the tree's leaf s is `weight[s]` for an occupied slot and 0
+    otherwise; `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
+    all stored rows agree on it.
+    """
+
     def __init__(self, initial_slots: int = 1024):
         self._cols = {k: np.zeros(initial_slots, dtype=dt) for k, dt in COLUMNS.items()}
         self.valid = np.zeros(initial_slots, dtype=bool)
@@ -99,6 +121,7 @@ class RolloutStorage:
         self._seq = 0
         self.prompt_ids = np.zeros((initial_slots, 0), dtype=np.int32)
         self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
+        self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
         self.tree = SumTree(initial_slots)
 
@@ -134,18 +157,21 @@ class RolloutStorage:
             new = np.zeros((self.slots, prompt_width), np.int32)
             new[:, prompt_width - P :] = self.prompt_ids
             self.prompt_ids = new
+        self.width = max(self.width, comp_width)
         for k, a in self.arena.items():
-            C = a.shape[1]
-            if comp_width > C and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
-                new = np.zeros((self.slots, comp_width), a.dtype)
-                new[:, :C] = a
+            W = _packed(comp_width) if k == "mask" else comp_width
+            if W > a.shape[1] and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
+                new = np.zeros((self.slots, W), a.dtype)
+                new[:, : a.shape[1]] = a
                 self.arena[k] = new
 
     def add(self, scalars: dict[str, np.ndarray], prompt_ids: np.ndarray, completion: dict[str, Optional[np.ndarray]]) -> np.ndarray:
-        """Store n rows. `scalars` maps every column except seq and comp_len to an array of length n;
-        `prompt_ids` (n, P) int32 is left-padded with zeros; `completion` maps comp_ids, mask, logps and
-        ref (None when the rows carry no reference log-probs) to padded (n, C) arrays of any dtype, cast
-        on the copy. Returns the slots."""
+        """Store n rows; returns their slots.
+
+        `scalars` maps every column except seq to an array of length n; `prompt_ids` (n, P) int32 is
+        left-padded with zeros; `completion` maps comp_ids, logps and ref (None when the rows carry no
+        reference log-probs) to right-padded (n, C) arrays of any dtype, cast on the copy, and mask to the
+        packed mask and lengths of `pack_mask` (comp_len in `scalars` comes from there)."""
         n = len(prompt_ids)
         has_ref = completion.get("ref") is not None
         if self._count == 0:
@@ -157,37 +183,17 @@ class RolloutStorage:
             )
         if len(self._free) < n:
             self._grow(self._count + n)
-        C = completion["mask"].shape[1]
-        self._widen(prompt_ids.shape[1], C)
+        self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
         slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
         del self._free[len(self._free) - n :]
-        # Contiguous ascending slots (the usual case with LIFO reuse) are written in place through a view;
-        # otherwise through one block per field. Each field is one cast-copy: no per-row work.
-        lo = int(slots[0]) if n else 0
-        contiguous = n > 0 and bool((slots == np.arange(lo, lo + n)).all())
-        P, Wp = prompt_ids.shape[1], self.prompt_ids.shape[1]
-        dst = self.prompt_ids[lo : lo + n] if contiguous else np.empty((n, Wp), np.int32)
-        dst[:, : Wp - P] = 0
-        dst[:, Wp - P :] = prompt_ids
-        if not contiguous:
-            self.prompt_ids[slots] = dst
-        comp_len = np.zeros(n, np.int64)
-        for k in ("mask", "comp_ids", "logps", "ref"):  # mask first: comp_len comes from the stored mask
-            src, a = completion.get(k), self.arena[k]
-            if src is None:
-                continue
-            dst = a[lo : lo + n] if contiguous else np.empty((n, a.shape[1]), a.dtype)
-            dst[:, :C] = src
-            dst[:, C:] = 0
-            if k == "mask" and C:
-                m = dst[:, :C]
-                # last counted position + 1; argmax stops at the first True only on a forward, contiguous row
-                comp_len = np.where(m.any(1), C - np.argmax(np.ascontiguousarray(m[:, ::-1]), axis=1), 0)
-            if not contiguous:
-                a[slots] = dst
+        rows = _Rows(slots)
+        rows.put(self.prompt_ids, prompt_ids, left=True)
+        rows.put(self.arena["mask"], completion["mask"])
+        for k in ("comp_ids", "logps", "ref"):
+            if completion.get(k) is not None:
+                rows.put(self.arena[k], completion[k])
         for k, arr in scalars.items():
             self._cols[k][slots] = arr
-        self._cols["comp_len"][slots] = comp_len
         self._cols["seq"][slots] = np.arange(self._seq, self._seq + n)
         self._seq += n
         self.valid[slots] = True
@@ -210,14 +216,22 @@ class RolloutStorage:
             self.has_ref = None
         self.tree.set(slots, np.zeros(len(slots)))
 
-    def tokens(self, slot: int) -> tuple:
-        """One row unpadded: (prompt ids int32, completion ids int32, behaviour log-probs float32,
-        completion mask bool, reference log-probs float32 or None), views into the arenas."""
+    def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
+        """(len(slots), width) uint8 completion masks (0/1) of these slots, unpacked from the mask arena."""
+        return np.unpackbits(self.arena["mask"][slots, : _packed(width)], axis=1, count=width)
+
+    def tokens(self, slot: int) -> StoredRow:
+        """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
         p, c = int(self._cols["prompt_len"][slot]), int(self._cols["comp_len"][slot])
         W = self.prompt_ids.shape[1]
         a = self.arena
-        ref = a["ref"][slot, :c] if self.has_ref else None
-        return self.prompt_ids[slot, W - p :], a["comp_ids"][slot, :c], a["logps"][slot, :c], a["mask"][slot, :c], ref
+        return StoredRow(
+            prompt_ids=self.prompt_ids[slot, W - p :],
+            completion_ids=a["comp_ids"][slot, :c],
+            logps=a["logps"][slot, :c],
+            mask=self.masks(np.array([slot]), c)[0].astype(bool),
+            ref=a["ref"][slot, :c] if self.has_ref else None,
+        )
 
     def nbytes(self) -> int:
         """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
@@ -228,15 +242,15 @@ class RolloutStorage:
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Token data unpadded and concatenated over the occupied slots in slot order (the format does not
-        depend on the arena widths)."""
+        depend on the arena widths, nor on how the mask is packed)."""
         slots = self.valid_slots()
         plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
         W = self.prompt_ids.shape[1]
         pkeep = np.arange(W)[None, :] >= (W - plen)[:, None]
 
         def flat(k: str) -> np.ndarray:  # row-major order of the kept positions = concatenation order
-            a = self.arena[k]
-            return a[slots][np.arange(a.shape[1])[None, :] < clen[:, None]]
+            a = self.arena[k][slots] if k != "mask" else self.masks(slots, self.width)
+            return a[np.arange(a.shape[1])[None, :] < clen[:, None]]
 
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
@@ -280,15 +294,68 @@ class RolloutStorage:
         self.has_ref = bool(state["has_ref"]) if self._count else None
         self.prompt_ids = np.zeros((n_slots, P), np.int32)
         self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, P, np.int32, left=True)
+        self.width = C
         self.arena = {}
         for k, dt in COMPLETION_FIELDS.items():
             if k == "ref" and not self.has_ref:
                 self.arena[k] = np.zeros((n_slots, 0), dt)
-                continue
-            self.arena[k] = np.zeros((n_slots, C), dt)
-            self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
+            elif k == "mask":
+                self.arena[k] = np.zeros((n_slots, _packed(C)), dt)
+                self.arena[k][slots] = np.packbits(_repad(state[k], clen, C, np.bool_, left=False), axis=1)
+            else:
+                self.arena[k] = np.zeros((n_slots, C), dt)
+                self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
         self.tree = SumTree(n_slots)
         self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+
+
+class _Rows:
+    """Writes n rows into arenas at `slots`: through a view when the slots are one ascending run (the usual
+    case with LIFO reuse), else through one block per arena. One copy per arena (cast on the copy, only
+    the batch's own width), the rest of each row zeroed; no per-row work."""
+
+    def __init__(self, slots: np.ndarray):
+        self.slots, self.n = slots, len(slots)
+        self.lo = int(slots[0]) if self.n else 0
+        self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool((np.diff(slots) == 1).all())
+
+    def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False) -> None:
+        W, w = arena.shape[1], src.shape[1]
+        dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
+        if left:  # right-aligned
+            dst[:, : W - w] = 0
+            dst[:, W - w :] = src
+        else:
+            dst[:, :w] = src
+            dst[:, w:] = 0
+        if not self.run:
+            arena[self.slots] = dst
+
+
+def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
+    when it is nonzero; a row's length is its last counted position + 1."""
+    packed = np.packbits(np.asarray(mask) != 0, axis=1)
+    return packed, _packed_lengths(packed, mask.shape[1])
+
+
+def _packed(width: int) -> int:
+    """Bytes of a packed mask row of `width` positions."""
+    return (width + 7) // 8
+
+
+# _LAST_BIT[b]: 1 + the position (0 = high bit) of the last set bit of byte b; 0 for b = 0
+_LAST_BIT = np.array([0] + [8 - ((b & -b).bit_length() - 1) for b in range(1, 256)], dtype=np.int64)
+
+
+def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
+    """(n,) int64: last set position + 1 of each packed mask row (0 for an all-zero row)."""
+    n = len(packed)
+    if n == 0 or width == 0:
+        return np.zeros(n, np.int64)
+    nz = packed != 0
+    last = packed.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
+    return np.where(nz.any(1), 8 * last + _LAST_BIT[packed[np.arange(n), last]], 0)
 
 
 def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:

@@ -212,7 +212,7 @@ def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, mon
 
     def compose(fresh, buffer, step, **kw):
         out = real_compose(fresh, buffer, step, **kw)
-        ages.extend((step - out.birth_step[out.is_replay]).tolist())
+        ages.extend((step - out.batch.birth_step[out.batch.is_replay]).tolist())
         return out
 
     def add(self, batch, step, *args, **kwargs):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..tasks.testbed.config import TestbedConfig
 
 BASE = "grpo"
 """The arm every other arm is compared with (paired over seeds)."""
@@ -217,9 +216,3 @@ def seed_overrides(seed: int) -> dict[str, Any]:
     """Seed i varies the training seed (prompts, generation, buffer, and the eval sampling seed = seed + 777)
     and the warm start (testbed.seed), so the spread over seeds includes the starting model."""
     return {"seed": seed, "testbed.seed": seed}
-
-
-def testbed_of(overrides: dict) -> TestbedConfig:
-    from ..trainer.config import resolve
-
-    return resolve(overrides).testbed

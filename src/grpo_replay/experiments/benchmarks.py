@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import configio
 from ..data import BENCHMARKS
 from .runner import RunSpec, _init_worker
 
@@ -50,8 +51,8 @@ class BenchSettings:
     keep_checkpoints: bool = False
 
     def __post_init__(self) -> None:
-        def bad(name: str, allowed: str) -> None:
-            raise ValueError(f"--eval-{name.replace('_', '-')}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+        def bad(name: str, allowed: str) -> None:  # named by its command-line flag
+            configio.bad(self, name, allowed, label=f"--eval-{name.replace('_', '-')}")
 
         if not self.benchmarks:
             raise ValueError("--benchmarks: at least one benchmark is required")

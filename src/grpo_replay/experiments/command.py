@@ -197,8 +197,12 @@ def _real_mode(args: argparse.Namespace, setting):
         if not os.path.exists(os.path.expanduser(model)):
             raise FileNotFoundError(f"--model {model}: path does not exist")
     backend = args.backend or "builtin"
-    if backend not in ("builtin", "trl"):
-        raise ValueError(f"--backend {backend!r} is invalid; allowed: builtin, trl (verl: one launch per arm, see docs/paper_table.md)")
+    from ..trainer.config import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"--backend {backend!r} is invalid; allowed: {', '.join(BACKENDS)} (verl: one launch per arm, see docs/paper_table.md)"
+        )
     ov = {**REAL.overrides, "model": model, "data": args.data, "backend": backend}
     if args.model_file:
         ov["model_file"] = args.model_file

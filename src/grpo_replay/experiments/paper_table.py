@@ -15,9 +15,8 @@ from ..eval.metrics import aes, relative_change
 from ..eval.runner import summarize
 from .arms import BASE
 from .benchmarks import BenchSettings, load_results
-from .report import _acc  # one confidence-interval formatter for both tables
 from .runner import RunSpec
-from .stats import Run, ci
+from .stats import Run, ci, format_ci, format_diff
 
 
 @dataclass
@@ -91,16 +90,6 @@ def claim_runs(runs: dict[str, list[BenchRun]]) -> dict[str, list[Run]]:
 
 
 # ------------------------------------------------------------------------------------------- formatting
-def _diff(c: dict, scale: float = 100.0, unit: str = "", fmt: str = "{:+.1f}") -> str:
-    if not c or c.get("mean") is None:
-        return "–"
-    m = fmt.format(scale * c["mean"]) + unit
-    if c.get("lo") is None:
-        return m
-    star = "*" if c["lo"] > 0 or c["hi"] < 0 else ""
-    return f"{m} [{fmt.format(scale * c['lo'])}, {fmt.format(scale * c['hi'])}]{star}"
-
-
 def _len(c: dict) -> str:
     return "n/a" if not c or c.get("mean") is None else f"{c['mean']:.1f}"
 
@@ -129,22 +118,22 @@ def markdown(stats: dict[str, dict], arms: list[str], names: dict[str, str], bs:
     if missing:
         lines += [f"**Runs without every benchmark result, left out of this table:** {', '.join(missing)}", ""]
     header = ["arm", "seeds"] + labels + ["mean", "Δ mean vs GRPO"]
-    rows = [[names.get(a, a), str(len(stats[a]["seeds"]))] + [_acc(stats[a]["acc"][l]) for l in labels]
-            + [_acc(stats[a]["acc"]["mean"]), _diff(stats[a]["acc_diff"]["mean"]) if a != BASE else "–"] for a in arms]
+    rows = [[names.get(a, a), str(len(stats[a]["seeds"]))] + [format_ci(stats[a]["acc"][l]) for l in labels]
+            + [format_ci(stats[a]["acc"]["mean"]), format_diff(stats[a]["acc_diff"]["mean"]) if a != BASE else "–"] for a in arms]
     lines += ["Accuracy (%):", "", _table(header, rows), ""]
     header = ["arm"] + [f"Δ {l}" for l in labels]
-    rows = [[names.get(a, a)] + [_diff(stats[a]["acc_diff"][l]) for l in labels] for a in arms if a != BASE]
+    rows = [[names.get(a, a)] + [format_diff(stats[a]["acc_diff"][l]) for l in labels] for a in arms if a != BASE]
     if rows:
         lines += ["Per-benchmark paired difference vs GRPO (pp):", "", _table(header, rows), ""]
     ks = [str(k) for k in bs.ks]
     header = ["arm"] + [f"pass@{k}" for k in ks] + [f"Δ pass@{ks[-1]} vs GRPO"]
-    rows = [[names.get(a, a)] + [_acc(stats[a]["pass@k"][k]) for k in ks]
-            + [_diff(stats[a]["pass@k_diff"][ks[-1]]) if a != BASE else "–"] for a in arms]
+    rows = [[names.get(a, a)] + [format_ci(stats[a]["pass@k"][k]) for k in ks]
+            + [format_diff(stats[a]["pass@k_diff"][ks[-1]]) if a != BASE else "–"] for a in arms]
     lines += ["pass@k (%, unbiased estimator, mean over benchmarks):", "", _table(header, rows), ""]
     header = ["arm", "AES vs GRPO", "len all", "len correct", "Δ % correct vs GRPO", "len incorrect", "Δ % incorrect vs GRPO"]
-    rows = [[names.get(a, a), _diff(stats[a]["aes"], scale=1.0, fmt="{:+.3f}") if a != BASE else "–", _len(stats[a]["len_all"]),
-             _len(stats[a]["len_correct"]), _diff(stats[a]["len_correct_rel"], unit=" %") if a != BASE else "–",
-             _len(stats[a]["len_incorrect"]), _diff(stats[a]["len_incorrect_rel"], unit=" %") if a != BASE else "–"] for a in arms]
+    rows = [[names.get(a, a), format_diff(stats[a]["aes"], scale=1.0, fmt="{:+.3f}") if a != BASE else "–", _len(stats[a]["len_all"]),
+             _len(stats[a]["len_correct"]), format_diff(stats[a]["len_correct_rel"], unit=" %") if a != BASE else "–",
+             _len(stats[a]["len_incorrect"]), format_diff(stats[a]["len_incorrect_rel"], unit=" %") if a != BASE else "–"] for a in arms]
     lines += [
         "Efficiency: AES (alpha 1, beta 3, gamma 5) from the mean accuracy and mean length of all completions, paired "
         "per seed vs GRPO; lengths are mean completion tokens (mean over benchmarks), split by correctness, with the "

@@ -45,10 +45,7 @@ def accuracy_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[st
     n = max((len(stats[a].seeds) for a in arms), default=0)
     fig.suptitle(f"{title}: mean over {n} seeds, band = 95 % CI")
     axes[0].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path, base: str = "grpo") -> Path:
@@ -81,10 +78,7 @@ def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path
     ax.set_title("Age eviction: final accuracy vs tau_max (95 % CI)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
@@ -107,6 +101,11 @@ def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[s
     ax.set_title(f"{title}: pass@k (95 % CI)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    """Lay out, write at 110 dpi and close (pyplot keeps every open figure alive otherwise)."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -13,7 +13,7 @@ from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .benchmarks import BenchSettings
 from .claims import check_claims
 from .runner import RunSpec
-from .stats import CONFIDENCE, ArmStats, Run, arm_stats, choose_budgets, curve_grid, load_run
+from .stats import CONFIDENCE, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
 
 
 def build_report(
@@ -103,23 +103,6 @@ def build_report(
 
 
 # ------------------------------------------------------------------------------------------- formatting
-def _acc(c: dict) -> str:
-    if not c or c.get("mean") is None:
-        return "n/a"
-    if c.get("lo") is None:
-        return f"{100 * c['mean']:.1f}"
-    return f"{100 * c['mean']:.1f} [{100 * c['lo']:.1f}, {100 * c['hi']:.1f}]"
-
-
-def _diff(c: dict, scale: float = 100.0, unit: str = "") -> str:
-    if not c or c.get("mean") is None:
-        return "–"
-    if c.get("lo") is None:
-        return f"{scale * c['mean']:+.1f}{unit}"
-    star = "*" if c["lo"] > 0 or c["hi"] < 0 else ""
-    return f"{scale * c['mean']:+.1f}{unit} [{scale * c['lo']:+.1f}, {scale * c['hi']:+.1f}]{star}"
-
-
 def _num(c: dict, fmt: str = "{:.0f}") -> str:
     return "n/a" if not c or c.get("mean") is None else fmt.format(c["mean"])
 
@@ -195,49 +178,56 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         comp = results["comparisons"].get(c)
         if not comp:
             continue
-        names = comp["arms"]
-        lines += [f"## {comp['title']}", "", comp["question"], ""]
-        for key, name in (("acc_sampled", "sampled mean@n"), ("acc_greedy", "greedy")):
-            header = ["arm"] + [f"{name} @ {_k(b)} rollouts" for b in budgets] + [f"Δ vs GRPO @ {_k(budgets[-1])}"]
-            rows = []
-            for a in names:
-                st = stats[a]
-                rows.append([labels[a]] + [_acc(st.budgets[b][key]) for b in budgets] + [_diff(st.budgets[budgets[-1]][key + "_diff"]) if a != BASE else "–"])
-            lines += [f"Held-out accuracy ({name}, %) at fixed generated-rollout budgets:", "", _table(header, rows), ""]
-        header = ["arm", "generated", "update rows", "sampled", "Δ sampled", "greedy", "Δ greedy",
-                  "rollouts to GRPO's final acc. (seeds reaching)", "AES vs GRPO", "len correct (Δ % vs GRPO)", "len incorrect (Δ % vs GRPO)"]
-        rows = []
-        for a in names:
-            st = stats[a]
-            f, reach = st.final, st.reach
-            mc = reach["mean_curve"]
-            rows.append([
-                labels[a], _k(f["generated"]["mean"]), _k(f["update_rows"]["mean"]), _acc(f["acc_sampled"]),
-                _diff(f["acc_sampled_diff"]) if a != BASE else "–", _acc(f["acc_greedy"]), _diff(f["acc_greedy_diff"]) if a != BASE else "–",
-                f"{_k(mc) if mc is not None else 'not reached'} ({reach['reached']}/{reach['n']})",
-                _diff(f["aes"], scale=1.0) if a != BASE else "–",
-                f"{_num(f['len_correct'], '{:.2f}')} ({_diff(f['len_correct_rel'], unit=' %')})" if a != BASE else _num(f["len_correct"], "{:.2f}"),
-                f"{_num(f['len_incorrect'], '{:.2f}')} ({_diff(f['len_incorrect_rel'], unit=' %')})" if a != BASE else _num(f["len_incorrect"], "{:.2f}"),
-            ])
-        lines += [
-            "At the end of training (equal steps, so equal update rows for the compute-matched GRPO; it generated more). "
-            "'Rollouts to GRPO's final acc.' is where the seed-mean sampled-accuracy curve first reaches GRPO's mean final "
-            "sampled accuracy (linear between evaluations), with the number of seeds whose own curve reaches it. "
-            "AES (alpha 1, beta 3, gamma 5) uses sampled accuracy and mean completion length, paired per seed. "
-            "Lengths are mean completion tokens.",
-            "", _table(header, rows), "",
-        ]
-        ks = [k for k in sorted(k for k in stats[BASE].pass_at_k if k != "diff") if k & (k - 1) == 0]
-        header = ["arm"] + [f"pass@{k}" for k in ks] + [f"Δ pass@{ks[-1]} vs GRPO"]
-        rows = [[labels[a]] + [_acc(stats[a].pass_at_k.get(k)) for k in ks] + [_diff(stats[a].pass_at_k["diff"].get(ks[-1])) if a != BASE else "–"] for a in names]
-        lines += ["Final held-out pass@k (%, unbiased estimator from the per-problem counts):", "", _table(header, rows), ""]
-        lines += [f"![accuracy vs generated rollouts](accuracy_{c}.png)", "", f"![pass@k](pass_at_k_{c}.png)", ""]
-        if c == "tau_max" and (Path(files[0]).parent / "tau_max.png").exists():
-            lines += ["![tau_max curve](tau_max.png)", ""]
+        lines += _comparison_section(c, comp, stats, labels, budgets, files)
 
     lines += ["## Files", "", "results.json (everything above, machine-readable), results.csv (one row per arm x metric), "
               "runs.csv (one row per run), the PNGs. Run directories: `<out>/runs/<arm>/seed<i>-<config hash>/`.", ""]
     return "\n".join(lines)
+
+
+def _comparison_section(c: str, comp: dict, stats: dict[str, ArmStats], labels, budgets, files) -> list[str]:
+    """The report's section of one comparison: accuracy at budgets, end of training, pass@k, figures."""
+    lines: list[str] = []
+    names = comp["arms"]
+    lines += [f"## {comp['title']}", "", comp["question"], ""]
+    for key, name in (("acc_sampled", "sampled mean@n"), ("acc_greedy", "greedy")):
+        header = ["arm"] + [f"{name} @ {_k(b)} rollouts" for b in budgets] + [f"Δ vs GRPO @ {_k(budgets[-1])}"]
+        rows = []
+        for a in names:
+            st = stats[a]
+            rows.append([labels[a]] + [format_ci(st.budgets[b][key]) for b in budgets] + [format_diff(st.budgets[budgets[-1]][key + "_diff"]) if a != BASE else "–"])
+        lines += [f"Held-out accuracy ({name}, %) at fixed generated-rollout budgets:", "", _table(header, rows), ""]
+    header = ["arm", "generated", "update rows", "sampled", "Δ sampled", "greedy", "Δ greedy",
+              "rollouts to GRPO's final acc. (seeds reaching)", "AES vs GRPO", "len correct (Δ % vs GRPO)", "len incorrect (Δ % vs GRPO)"]
+    rows = []
+    for a in names:
+        st = stats[a]
+        f, reach = st.final, st.reach
+        mc = reach["mean_curve"]
+        rows.append([
+            labels[a], _k(f["generated"]["mean"]), _k(f["update_rows"]["mean"]), format_ci(f["acc_sampled"]),
+            format_diff(f["acc_sampled_diff"]) if a != BASE else "–", format_ci(f["acc_greedy"]), format_diff(f["acc_greedy_diff"]) if a != BASE else "–",
+            f"{_k(mc) if mc is not None else 'not reached'} ({reach['reached']}/{reach['n']})",
+            format_diff(f["aes"], scale=1.0) if a != BASE else "–",
+            f"{_num(f['len_correct'], '{:.2f}')} ({format_diff(f['len_correct_rel'], unit=' %')})" if a != BASE else _num(f["len_correct"], "{:.2f}"),
+            f"{_num(f['len_incorrect'], '{:.2f}')} ({format_diff(f['len_incorrect_rel'], unit=' %')})" if a != BASE else _num(f["len_incorrect"], "{:.2f}"),
+        ])
+    lines += [
+        "At the end of training (equal steps, so equal update rows for the compute-matched GRPO; it generated more). "
+        "'Rollouts to GRPO's final acc.' is where the seed-mean sampled-accuracy curve first reaches GRPO's mean final "
+        "sampled accuracy (linear between evaluations), with the number of seeds whose own curve reaches it. "
+        "AES (alpha 1, beta 3, gamma 5) uses sampled accuracy and mean completion length, paired per seed. "
+        "Lengths are mean completion tokens.",
+        "", _table(header, rows), "",
+    ]
+    ks = [k for k in sorted(k for k in stats[BASE].pass_at_k if k != "diff") if k & (k - 1) == 0]
+    header = ["arm"] + [f"pass@{k}" for k in ks] + [f"Δ pass@{ks[-1]} vs GRPO"]
+    rows = [[labels[a]] + [format_ci(stats[a].pass_at_k.get(k)) for k in ks] + [format_diff(stats[a].pass_at_k["diff"].get(ks[-1])) if a != BASE else "–"] for a in names]
+    lines += ["Final held-out pass@k (%, unbiased estimator from the per-problem counts):", "", _table(header, rows), ""]
+    lines += [f"![accuracy vs generated rollouts](accuracy_{c}.png)", "", f"![pass@k](pass_at_k_{c}.png)", ""]
+    if c == "tau_max" and (Path(files[0]).parent / "tau_max.png").exists():
+        lines += ["![tau_max curve](tau_max.png)", ""]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------- writers

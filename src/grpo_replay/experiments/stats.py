@@ -35,6 +35,28 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
         return table[df - 1] if df <= 30 else 1.96
 
 
+def format_ci(
+    c: Optional[dict], *, scale: float = 100.0, fmt: str = "{:.1f}", unit: str = "", star: bool = False,
+    n: bool = False, missing: str = "n/a",
+) -> str:
+    """`mean [lo, hi]` of a `ci` / `paired_diff` dict, each value times `scale` written with `fmt` (`unit` after the
+    mean); the interval is left out when there is none (fewer than 2 values). star: a `*` when the interval excludes
+    0; n: ` (n=N)` after it; missing: the text for an absent value. The one formatter of every table and claim."""
+    if not c or c.get("mean") is None:
+        return missing
+    text = fmt.format(scale * c["mean"]) + unit
+    if c.get("lo") is not None:
+        text += f" [{fmt.format(scale * c['lo'])}, {fmt.format(scale * c['hi'])}]"
+        if star and (c["lo"] > 0 or c["hi"] < 0):
+            text += "*"
+    return text + (f" (n={c['n']})" if n else "")
+
+
+def format_diff(c: Optional[dict], **kw) -> str:
+    """A signed difference vs GRPO: `format_ci` with a sign, a `*` when significant and `–` when absent."""
+    return format_ci(c, **{"fmt": "{:+.1f}", "star": True, "missing": "–", **kw})
+
+
 def ci(values: Sequence[Optional[float]], confidence: float = CONFIDENCE) -> dict:
     """Mean and t-interval over the non-missing values: {"mean", "lo", "hi", "n", "sd"} (lo/hi None if n < 2)."""
     xs = np.array([v for v in values if v is not None and not _nan(v)], dtype=float)

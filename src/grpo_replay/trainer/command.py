@@ -6,18 +6,19 @@ import sys
 
 from .. import configio
 from ..config import PRESETS
+from .config import BACKENDS, DEVICES, REWARDS
 
 # Common fields get their own flag; every field (dotted, e.g. replay.tau_max) is reachable with --set.
 SHORT_FLAGS = {
     "preset": dict(choices=PRESETS),
     "seed": dict(type=int),
     "steps": dict(type=int),
-    "backend": dict(choices=("builtin", "trl")),
+    "backend": dict(choices=BACKENDS),
     "model": dict(),
     "data": dict(),
-    "reward": dict(choices=("testbed", "math")),
+    "reward": dict(choices=REWARDS),
     "out_dir": dict(),
-    "device": dict(choices=("auto", "cpu", "cuda")),
+    "device": dict(choices=DEVICES),
     "report_to": dict(nargs="+", metavar="TRACKER"),
 }
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Union
 import yaml
 
 from .. import configio
+from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
 from ..tasks.testbed.config import TestbedConfig
@@ -19,6 +20,7 @@ from ..tasks.testbed.config import TestbedConfig
 REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
+DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
 
 
@@ -101,21 +103,18 @@ class TrainConfig:
     """The embedded testbed (task, tiny model, warm start)."""
 
     def __post_init__(self) -> None:
-        def bad(name: str, allowed: str) -> None:
-            configio.bad(self, name, allowed)
-
         if self.preset not in PRESETS:
-            bad("preset", ", ".join(PRESETS))
+            configio.bad(self, "preset", ", ".join(PRESETS))
         for name in ("steps", "prompts_per_step", "eval_problems", "eval_samples", "max_bad_steps"):
             if getattr(self, name) < 1:
-                bad(name, "an integer >= 1")
+                configio.bad(self, name, "an integer >= 1")
         if self.group_size < 2:
-            bad("group_size", "an integer >= 2 (advantages are relative to the group)")
+            configio.bad(self, "group_size", "an integer >= 2 (advantages are relative to the group)")
         for name in ("torch_threads", "lr_warmup_steps", "max_new_tokens", "micro_batch_size", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
-                bad(name, "an integer >= 0")
+                configio.bad(self, name, "an integer >= 0")
         if self.keep_checkpoints < 1:
-            bad("keep_checkpoints", "an integer >= 1")
+            configio.bad(self, "keep_checkpoints", "an integer >= 1")
         for name, ok, allowed in (
             ("lr", lambda x: x > 0, "a finite number > 0"),
             ("temperature", lambda x: x > 0, "a finite number > 0"),
@@ -125,20 +124,20 @@ class TrainConfig:
         ):
             v = getattr(self, name)
             if not (configio.is_finite(v) and ok(v)):
-                bad(name, allowed)
-        if self.advantage_scale not in ("group", "none"):
-            bad("advantage_scale", "group, none")
-        if self.device not in ("auto", "cpu", "cuda"):
-            bad("device", "auto, cpu, cuda")
+                configio.bad(self, name, allowed)
+        if self.advantage_scale not in SCALES:
+            configio.bad(self, "advantage_scale", ", ".join(SCALES))
+        if self.device not in DEVICES:
+            configio.bad(self, "device", ", ".join(DEVICES))
         if self.backend not in BACKENDS:
-            bad("backend", ", ".join(BACKENDS))
+            configio.bad(self, "backend", ", ".join(BACKENDS))
         if self.generator not in GENERATORS:
-            bad("generator", ", ".join(GENERATORS))
+            configio.bad(self, "generator", ", ".join(GENERATORS))
         from ..tracking import parse_report_to
 
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"
         if self.reward not in REWARDS:
-            bad("reward", ", ".join(REWARDS))
+            configio.bad(self, "reward", ", ".join(REWARDS))
         if self.reward == "math" and not self.data:
             raise configio.ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
         if self.model_file and not self.model:
@@ -159,6 +158,11 @@ class TrainConfig:
         if self.max_new_tokens:
             return self.max_new_tokens
         return self.testbed.max_new_tokens if self.reward == "testbed" else 1024
+
+    def replay_overrides(self) -> dict[str, Any]:
+        """The replay.* fields that differ from the preset's values, as `ReplayConfig` keyword arguments."""
+        preset = ReplayConfig.from_preset(self.preset).to_dict()
+        return {k: v for k, v in self.replay.to_dict().items() if preset[k] != v}
 
     def to_dict(self) -> dict[str, Any]:
         return configio.to_dict(self)

@@ -8,6 +8,10 @@ One step t:
        (`compose_batch`), one PPO-clip update on the composed batch
   7. insert this step's fresh rows into the buffer with birth step t
 
+The code reads in the same order: `setup` (model, optimizer, buffer, generator), `resume` (checkpoint, logs,
+first evaluation), then per step `step` (1-7 above) and `bookkeeping` (metrics row, evaluation, checkpoint),
+and `finish` (summary.json, plots).
+
 Where this departs from the paper (or the summary is silent):
   - Behaviour log-probs of fresh rows are read off the update's own forward pass, before the optimizer
     step: with one update per batch the policy has not moved yet, so they equal a separate no-grad
@@ -29,8 +33,10 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -48,12 +54,57 @@ from .rewards import RewardScorer
 from .setup import build_policy
 
 
+# Named constants (the values are part of every run's results: changing one changes the numbers).
+HELDOUT_SEED = 12345  # the held-out problems: one fixed set, whatever cfg.seed, so every arm and seed is scored on it
+EVAL_SEED_OFFSET = 777  # evaluation sampling seed = cfg.seed + this: a stream apart from the training generators'
+VLLM_PROMPT_ROOM = 4096  # tokens of prompt vLLM reserves room for (max_model_len = this + the completion budget)
+
+
 class TrainingStopped(RuntimeError):
     """Raised after max_bad_steps consecutive non-finite losses (a checkpoint was written first)."""
 
 
 class CheckpointError(RuntimeError):
     """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
+
+
+@dataclass
+class Run:
+    """Everything `setup` builds and every step reads (CleanRL keeps these as module-level variables)."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    model: Any
+    tokenizer: Any
+    ref_model: Any  # frozen copy of the initial policy when loss.beta > 0, else None
+    task: Any
+    eval_task: "_SafeRewardTask"
+    heldout: list
+    generator: Any
+    scorer: RewardScorer
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    buffer: ReplayBuffer
+    prompt_rng: np.random.Generator
+    loss_cfg: LossConfig
+    max_new: int  # completion budget in tokens
+    eval_kw: dict
+    setup_info: dict
+    tracker: tracking.Tracker | None = None
+    state: dict = dataclass_field(default_factory=dict)  # counters, evals: what a checkpoint stores
+    start: int = 0  # first step to run (the checkpoint's step when resuming)
+
+
+class StepOutput(NamedTuple):
+    """What one step measured, for the metrics row."""
+
+    rewards: torch.Tensor  # (N,) every generated row's reward
+    keep: torch.Tensor  # (N,) bool, rows in a non-zero-variance group
+    completion_mask: torch.Tensor  # (N, C) of the generated rows
+    update: RolloutBatch  # the composed batch (fresh + replay) the update trained on
+    stats: dict[str, Any] | None  # `_update`'s result; None when the step made no update
+    reward_counts: dict[str, Any]
+    t_generate: float  # seconds spent generating
 
 
 @quiet_third_party  # one progress bar (ours); third-party bars off, each warning once, printed above the bar
@@ -64,12 +115,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    run = setup(cfg, run_dir)
+    resume(run)
+    bar = tqdm(range(run.start, cfg.steps), initial=run.start, total=cfg.steps, disable=not cfg.progress,
+               desc="grpo-replay", dynamic_ncols=True)
+    run.model.train()
+    for t in bar:
+        t0 = time.perf_counter()
+        out = step(run, t)
+        bookkeeping(run, t, out, t0, bar)
+    bar.close()
+    run.tracker.close()
+    return finish(run)
+
+
+def setup(cfg: TrainConfig, run_dir: Path) -> Run:
+    """Model, task, optimizer, buffer, generator: everything before the first step (no checkpoint read yet)."""
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)
-    device = _device(cfg.device)
-
-    model, tokenizer, task, setup_info = build_policy(cfg, device)
+    model, tokenizer, task, setup_info = build_policy(cfg, _device(cfg.device))
     # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
     # loads (build_policy is deterministic, so a resumed run gets the same reference).
     ref_model = _frozen_copy(model) if cfg.loss.beta > 0 else None
@@ -78,162 +143,177 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     max_new = cfg.completion_budget()
-    loss_cfg = LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.lr_warmup_steps)))
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     eval_task = _SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
-    heldout = task.heldout(cfg.eval_problems, seed=12345)
+    heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
     if cfg.generator == "vllm":
-        generator = VLLMGenerator(model, tokenizer, max_model_len=4096 + max_new, seed=cfg.seed)
+        generator = VLLMGenerator(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
     else:
         generator = TransformersGenerator(model, tokenizer)
-    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
+    return Run(
+        cfg=cfg, run_dir=run_dir, model=model, tokenizer=tokenizer, ref_model=ref_model, task=task, eval_task=eval_task,
+        heldout=heldout, generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
+        prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info,
+        loss_cfg=LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new}),
+        eval_kw=dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature,
+                     seed=cfg.seed + EVAL_SEED_OFFSET),
+    )
 
-    # --- resume -----------------------------------------------------------------------------------------
-    state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
-    start = 0
-    ckpt = checkpoint.latest(run_dir)
+
+def resume(run: Run) -> None:
+    """Load the latest checkpoint if any, trim the logs to it, open the trackers, evaluate the start once."""
+    run.state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
+    ckpt = checkpoint.latest(run.run_dir)
     if ckpt is not None:
-        state = checkpoint.load(ckpt, model, optimizer, scheduler, buffer, prompt_rng)
-        start = state.pop("step")
-        print(f"grpo-replay: resuming {run_dir} from {ckpt.name} (step {start} of {cfg.steps})", flush=True)
-        generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
+        run.state = checkpoint.load(ckpt, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng)
+        run.start = run.state.pop("step")
+        print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
+        run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
     # Rows after the checkpoint (or every row, without one) are redone: drop them so the logs match an
     # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
-    _truncate_jsonl(run_dir / "metrics.jsonl", start if ckpt is not None else -1)
-    _truncate_jsonl(run_dir / "evals.jsonl", start if ckpt is not None else -1)
+    _truncate_jsonl(run.run_dir / "metrics.jsonl", run.start if ckpt is not None else -1)
+    _truncate_jsonl(run.run_dir / "evals.jsonl", run.start if ckpt is not None else -1)
     # Every row appended to metrics.jsonl / evals.jsonl also goes to the report_to trackers (none: a no-op).
-    tracker = tracking.Tracker(cfg.report_to, run_dir, cfg.to_dict(), first_step=start + 1 if ckpt is not None else 0)
-    if state["initial_eval"] is None:
-        state["initial_eval"] = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
-        _append(run_dir / "evals.jsonl", {"step": 0, "generated": 0, **state["initial_eval"]}, tracker)
+    first_step = run.start + 1 if ckpt is not None else 0
+    run.tracker = tracking.Tracker(run.cfg.report_to, run.run_dir, run.cfg.to_dict(), first_step=first_step)
+    if run.state["initial_eval"] is None:
+        run.state["initial_eval"] = _evaluate(run)
+        _append(run.run_dir / "evals.jsonl", {"step": 0, "generated": 0, **run.state["initial_eval"]}, run.tracker)
+    run.state["last_eval"] = run.state.get("last_eval") or run.state["initial_eval"]
 
-    def save_checkpoint(step_done: int) -> None:
-        state["last_eval"] = last_eval
-        try:
-            checkpoint.save(
-                run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=cfg.keep_checkpoints
-            )
-        except OSError as e:
-            prev = checkpoint.latest(run_dir)
-            intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
-            reason = e.strerror or str(e)
-            todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
-            raise CheckpointError(
-                f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}. "
-                f"{todo} the same command to resume from the last checkpoint."
-            ) from e
 
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress, desc="grpo-replay", dynamic_ncols=True)
-    last_eval = state.get("last_eval") or state["initial_eval"]
-    model.train()
-    for t in bar:
-        t0 = time.perf_counter()
-        # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
-        problems = task.sample_problems(prompt_rng, cfg.prompts_per_step)
-        gen = generator([p.prompt for p in problems], cfg.group_size, max_new, cfg.temperature)
-        rows_problems = [p for p in problems for _ in range(cfg.group_size)]
-        n_gen = len(gen.texts)
-        state["generated"] += n_gen
-        t_gen = time.perf_counter() - t0
+def step(run: Run, t: int) -> StepOutput:
+    """One step of Algorithm 1: generate, score, filter, compose, update, insert."""
+    cfg, buffer = run.cfg, run.buffer
+    t0 = time.perf_counter()
+    # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
+    problems = run.task.sample_problems(run.prompt_rng, cfg.prompts_per_step)
+    gen = run.generator([p.prompt for p in problems], cfg.group_size, run.max_new, cfg.temperature)
+    n_gen = len(gen.texts)
+    run.state["generated"] += n_gen
+    t_generate = time.perf_counter() - t0
 
-        # 2. Verifiable reward and group-relative advantages.
-        rewards_list, reward_counts = scorer(gen.texts, rows_problems)
-        rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
-        group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
-        advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
+    # 2. Verifiable reward and group-relative advantages.
+    rewards_list, reward_counts = run.scorer(gen.texts, [p for p in problems for _ in range(cfg.group_size)])
+    rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
+    group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
+    advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
 
-        # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
-        keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
-        fresh = RolloutBatch(
-            prompt_ids=gen.prompt_ids,
-            prompt_mask=gen.prompt_mask,
-            completion_ids=gen.completion_ids,
-            completion_mask=gen.completion_mask,
-            behaviour_logps=torch.zeros(gen.completion_ids.shape),  # filled from the update's forward pass
-            advantages=advantages,
-            rewards=rewards,
-            group_ids=group_ids,
-            group_std=group_std,
-            birth_step=torch.full((n_gen,), t, dtype=torch.long),
-            is_replay=torch.zeros(n_gen, dtype=torch.bool),
-        ).select(keep.nonzero().squeeze(1))
-        if ref_model is not None and len(fresh):
-            # Stored with the row: the reference is frozen, so a replayed row's ref log-probs stay valid.
-            fresh.ref_logps = _no_grad_logps(ref_model, fresh, cfg)  # (n_fresh, C)
+    # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
+    keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
+    fresh = RolloutBatch.fresh(
+        prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
+        completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
+        advantages=advantages, rewards=rewards, group_ids=group_ids, group_std=group_std, step=t,
+    ).select(keep.nonzero().squeeze(1))  # behaviour log-probs: zeros, filled from the update's forward pass
+    if run.ref_model is not None and len(fresh):
+        # Stored with the row: the reference is frozen, so a replayed row's ref log-probs stay valid.
+        fresh.ref_logps = _no_grad_logps(run.ref_model, fresh, cfg)  # (n_fresh, C)
 
-        # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
-        update = compose_batch(fresh, buffer, t) if len(fresh) else fresh
-        fresh_measured = int((~update.is_replay).sum()) == len(fresh)
-        if not fresh_measured:
-            # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
-            # behaviour log-probs now, before the update moves the policy.
-            fresh.behaviour_logps = _no_grad_logps(model, fresh, cfg)  # (n_fresh, C)
-        stats = _update(model, optimizer, scheduler, update, loss_cfg, cfg) if len(update) else None
-        if stats is not None and not stats["finite"]:
-            state["bad_in_a_row"] += 1
-            state["bad_total"] += 1
-        elif stats is not None:  # a step without an update (all groups zero-variance) neither counts nor resets
-            state["bad_in_a_row"] = 0
+    # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
+    update, fresh_index = compose_batch(fresh, buffer, t) if len(fresh) else (fresh, torch.arange(0))
+    fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
+    if not fresh_measured:
+        # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
+        # behaviour log-probs now, before the update moves the policy.
+        fresh.behaviour_logps = _no_grad_logps(run.model, fresh, cfg)  # (n_fresh, C)
+    stats = _update(run.model, run.optimizer, run.scheduler, update, run.loss_cfg, cfg) if len(update) else None
+    if stats is not None and not stats["finite"]:
+        run.state["bad_in_a_row"] += 1
+        run.state["bad_total"] += 1
+    elif stats is not None:  # a step without an update (all groups zero-variance) neither counts nor resets
+        run.state["bad_in_a_row"] = 0
+    run.generator.sync()  # an external engine (vLLM) must sample from the updated policy next step
 
-        generator.sync()  # an external engine (vLLM) must sample from the updated policy next step
+    # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
+    if len(fresh) and stats is not None and stats["finite"]:
+        if fresh_measured:
+            # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
+            fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
+        buffer.add(fresh, t)
+    return StepOutput(rewards, keep, gen.completion_mask, update, stats, reward_counts, t_generate)
 
-        # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
-        if len(fresh) and stats is not None and stats["finite"]:
-            if fresh_measured:
-                # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
-                fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
-            buffer.add(fresh, t)
 
-        # --- bookkeeping: metrics, evaluation, checkpoint ---------------------------------------------------
-        m: dict[str, Any] = {
-            "step": t + 1,
-            "generated": state["generated"],
-            "reward": float(rewards.mean()),
-            "frac_zero_var_groups": 1.0 - float(keep.view(-1, cfg.group_size).any(1).float().mean()),
-            "completion_len": float(gen.completion_mask.sum(1).float().mean()),
-            "update_rows": len(update),
-            "loss": stats["loss"] if stats else None,
-            **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and ref_model is not None else {}),
-            "grad_norm": stats["grad_norm"] if stats else None,
-            "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
-            "lr": scheduler.get_last_lr()[0],
-            **reward_counts,
-            **split_metrics(update, t, stats["token_stats"] if stats else None),
-            **buffer.stats(t + 1),
-            "time/generate_s": t_gen,
-            "time/step_s": time.perf_counter() - t0,
-        }
-        step_done = t + 1
-        if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
-            last_eval = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
-            _append(run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **last_eval}, tracker)
-        _append(run_dir / "metrics.jsonl", m, tracker)
-        bar.set_postfix(
-            reward=f"{m['reward']:.3f}", acc=f"{last_eval['acc_sampled']:.3f}", buf=len(buffer), replay=f"{m['replay/share']:.2f}"
+def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar) -> None:
+    """After step t: the metrics row, evaluation when due, a checkpoint when due; stops a run gone non-finite."""
+    cfg, state = run.cfg, run.state
+    row = _metrics_row(run, t, out, t0)
+    step_done = t + 1
+    if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
+        state["last_eval"] = _evaluate(run)
+        _append(run.run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **state["last_eval"]}, run.tracker)
+    _append(run.run_dir / "metrics.jsonl", row, run.tracker)
+    bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{state['last_eval']['acc_sampled']:.3f}", buf=len(run.buffer),
+                    replay=f"{row['replay/share']:.2f}")
+    stop = state["bad_in_a_row"] >= cfg.max_bad_steps
+    if stop or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
+        save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
+                        optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng)
+    if stop:
+        run.tracker.close()
+        raise TrainingStopped(
+            f"{cfg.max_bad_steps} consecutive steps had a non-finite loss (last at step {step_done}); "
+            f"checkpoint written to {run.run_dir}. Lower TrainConfig.lr or check the reward/model."
         )
-        if state["bad_in_a_row"] >= cfg.max_bad_steps:
-            save_checkpoint(step_done)
-            tracker.close()
-            raise TrainingStopped(
-                f"{cfg.max_bad_steps} consecutive steps had a non-finite loss (last at step {step_done}); "
-                f"checkpoint written to {run_dir}. Lower TrainConfig.lr or check the reward/model."
-            )
-        if (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
-            save_checkpoint(step_done)
-    bar.close()
-    tracker.close()
 
-    summary = _summary(cfg, state, last_eval, setup_info)
-    summary["reward_errors"], summary["reward_timeouts"] = scorer.errors, scorer.timeouts
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+
+def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]:
+    """The metrics.jsonl row of step t (also sent to the report_to trackers)."""
+    stats, update = out.stats, out.update
+    return {
+        "step": t + 1,
+        "generated": run.state["generated"],
+        "reward": float(out.rewards.mean()),
+        "frac_zero_var_groups": 1.0 - float(out.keep.view(-1, run.cfg.group_size).any(1).float().mean()),
+        "completion_len": float(out.completion_mask.sum(1).float().mean()),
+        "update_rows": len(update),
+        "loss": stats["loss"] if stats else None,
+        **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and run.ref_model is not None else {}),
+        "grad_norm": stats["grad_norm"] if stats else None,
+        "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
+        "lr": run.scheduler.get_last_lr()[0],
+        **out.reward_counts,
+        **split_metrics(update, t, stats["token_stats"] if stats else None),
+        **run.buffer.stats(t + 1),
+        "time/generate_s": out.t_generate,
+        "time/step_s": time.perf_counter() - t0,
+    }
+
+
+def save_checkpoint(
+    run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng
+) -> None:
+    """`checkpoint.save`, with an OSError (e.g. disk full) turned into a CheckpointError that says what to do."""
+    try:
+        checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep)
+    except OSError as e:
+        prev = checkpoint.latest(run_dir)
+        intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
+        reason = e.strerror or str(e)
+        todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
+        raise CheckpointError(
+            f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}. "
+            f"{todo} the same command to resume from the last checkpoint."
+        ) from e
+
+
+def finish(run: Run) -> dict[str, Any]:
+    """summary.json and the run's plots; returns the summary."""
+    summary = _summary(run.cfg, run.state, run.state["last_eval"], run.setup_info)
+    summary["reward_errors"], summary["reward_timeouts"] = run.scorer.errors, run.scorer.timeouts
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from .plots import plot_run
 
-    plot_run(run_dir)
+    plot_run(run.run_dir)
     return summary
+
+
+def _evaluate(run: Run) -> dict[str, Any]:
+    return evaluate(run.model, run.tokenizer, run.eval_task, run.heldout, **run.eval_kw)
 
 
 def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfig, cfg: TrainConfig) -> dict[str, Any]:

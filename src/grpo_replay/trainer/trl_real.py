@@ -13,11 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..config import ReplayConfig
 from ..configio import ConfigError
 from .config import TrainConfig
-
-TRL_REPLAY_KEYS = {"tau_max", "replay_ratio", "alpha", "priority", "composition", "granularity", "warmup_steps", "capacity"}
 
 
 def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
@@ -29,9 +26,9 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     from datasets import Dataset
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ..integrations.trl import ReplayGRPOTrainer
     from .evaluation import evaluate
-    from .loop import _SafeRewardTask, _device
+    from .loop import EVAL_SEED_OFFSET, HELDOUT_SEED, _SafeRewardTask, _device
     from .rewards import RewardScorer
     from .setup import build_policy
 
@@ -45,9 +42,9 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     model, tokenizer, task, setup_info = build_policy(cfg, device)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     eval_task = _SafeRewardTask(task, scorer)
-    heldout = task.heldout(cfg.eval_problems, seed=12345)
+    heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
     max_new = cfg.completion_budget()
-    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + 777)
+    eval_kw = dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature, seed=cfg.seed + EVAL_SEED_OFFSET)
     start = evaluate(model, tokenizer, eval_task, heldout, **eval_kw)
 
     by_id = {p.id: p for p in task.train}
@@ -58,47 +55,7 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
-    preset = ReplayConfig.from_preset(cfg.preset).to_dict()
-    changed = {k: v for k, v in cfg.replay.to_dict().items() if preset[k] != v}
-    unsupported = sorted(set(changed) - TRL_REPLAY_KEYS)
-    if unsupported:
-        raise ConfigError(
-            f"TrainConfig.replay.{unsupported[0]} cannot be changed with backend='trl'; allowed: {', '.join(sorted(TRL_REPLAY_KEYS))}"
-        )
-    # ReplayGRPOConfig names them replay_<key> and takes a negative number for None (no limit).
-    replay = {(f"replay_{k}" if k != "replay_ratio" else k): (-1 if v is None else v) for k, v in changed.items()}
-    args = ReplayGRPOConfig(
-        output_dir=str(run_dir),
-        use_cpu=device.type == "cpu",
-        bf16=False,
-        gradient_checkpointing=False,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
-        num_generations=cfg.group_size,
-        max_completion_length=max_new,
-        max_steps=cfg.steps,
-        learning_rate=cfg.lr,
-        lr_scheduler_type="constant_with_warmup" if cfg.lr_warmup_steps else "constant",
-        warmup_steps=cfg.lr_warmup_steps,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        temperature=cfg.temperature,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        epsilon=cfg.loss.eps_low,
-        epsilon_high=cfg.loss.eps_high,
-        loss_type="dapo",
-        scale_rewards="group" if cfg.advantage_scale == "group" else "none",
-        report_to="none",
-        save_strategy="steps" if cfg.checkpoint_every else "no",
-        save_steps=cfg.checkpoint_every or 500,
-        save_total_limit=cfg.keep_checkpoints,
-        logging_steps=1,
-        seed=cfg.seed,
-        disable_tqdm=not cfg.progress,
-        replay_preset=cfg.preset,
-        **replay,
-    )
+    args = _trl_args(cfg, run_dir, use_cpu=device.type == "cpu")
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset, processing_class=tokenizer)
     resume = get_last_checkpoint(str(run_dir)) if any(run_dir.glob("checkpoint-*")) else None
@@ -130,3 +87,42 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _trl_args(cfg: TrainConfig, run_dir, use_cpu: bool):
+    """The `ReplayGRPOConfig` of the run: the mapping of the module docstring, checkpoints every checkpoint_every."""
+    from ..integrations.trl import ReplayGRPOConfig
+    from ..integrations.trl.config import trl_replay_kwargs
+
+    return ReplayGRPOConfig(
+        output_dir=str(run_dir),
+        use_cpu=use_cpu,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
+        num_generations=cfg.group_size,
+        max_completion_length=cfg.completion_budget(),
+        max_steps=cfg.steps,
+        learning_rate=cfg.lr,
+        lr_scheduler_type="constant_with_warmup" if cfg.lr_warmup_steps else "constant",
+        warmup_steps=cfg.lr_warmup_steps,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=cfg.loss.eps_low,
+        epsilon_high=cfg.loss.eps_high,
+        loss_type="dapo",
+        scale_rewards="group" if cfg.advantage_scale == "group" else "none",
+        report_to="none",
+        save_strategy="steps" if cfg.checkpoint_every else "no",
+        save_steps=cfg.checkpoint_every or 500,
+        save_total_limit=cfg.keep_checkpoints,
+        logging_steps=1,
+        seed=cfg.seed,
+        disable_tqdm=not cfg.progress,
+        replay_preset=cfg.preset,
+        **trl_replay_kwargs(cfg.replay_overrides()),
+    )

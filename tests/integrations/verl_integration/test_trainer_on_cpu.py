@@ -261,6 +261,15 @@ def test_perf_total_num_tokens_include_replayed_tokens(tmp_path):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+def test_hydra_replay_group_files_are_generated(preset):
+    from grpo_replay.integrations.verl.replay_group import GROUP_DIR, group_yaml
+
+    assert (GROUP_DIR / f"{preset}.yaml").read_text() == group_yaml(preset), (
+        "regenerate with: .venv-verl/bin/python -m grpo_replay.integrations.verl.replay_group"
+    )
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 def test_hydra_replay_group_matches_core_presets(tmp_path, preset):
     cfg = verl_config(tmp_path, f"replay={preset}", "replay.warmup_steps=20")
     node = OmegaConf.to_container(cfg.replay, resolve=True)

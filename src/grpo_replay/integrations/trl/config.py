@@ -1,4 +1,5 @@
-"""`ReplayGRPOConfig`: TRL's `GRPOConfig` plus the replay settings, prefixed `replay_`.
+"""`ReplayGRPOConfig`: TRL's `GRPOConfig` plus the replay settings, prefixed `replay_` and generated from
+`ReplayConfig` (one field per core field, its help the core field's docstring).
 
 Every `replay_*` field defaults to None, meaning "the preset's value"; `replay_preset` names the base
 configuration (paper | grpo | uniform_pool | sigma_pool, see `ReplayConfig`). For the two fields whose
@@ -8,54 +9,59 @@ means never evict by age, `replay_capacity=-1` means unbounded. Parsed by TRL's 
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from trl import GRPOConfig
 
 from ...config import PRESETS, ReplayConfig
-from ...configio import bad, is_finite
+from ...configio import bad, field_docs, is_finite
 
 TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
 
+# ReplayConfig field -> its ReplayGRPOConfig field: replay_<name> (replay_ratio keeps its name). Built from
+# ReplayConfig itself, so a new core setting reaches TRL users without being retyped here.
+REPLAY_FIELDS = {f.name: f.name if f.name.startswith("replay_") else f"replay_{f.name}" for f in dataclasses.fields(ReplayConfig)}
+_HINTS = typing.get_type_hints(ReplayConfig)
+
+
+def _nullable(core: str) -> bool:
+    """Whether None is a value of the core field (tau_max: no age eviction, capacity: unbounded)."""
+    return type(None) in typing.get_args(_HINTS[core])
+
+
+def _with_replay_fields(cls: type) -> type:
+    """Add one `replay_*` field per `ReplayConfig` field (before @dataclass sees the class): type Optional[core
+    type], default None (= the preset's value), help = the core field's docstring."""
+    annotations = cls.__dict__["__annotations__"]
+    docs, paper = field_docs(ReplayConfig), ReplayConfig.paper()
+    for core, ours in REPLAY_FIELDS.items():
+        core_type = next(a for a in typing.get_args(_HINTS[core]) or (_HINTS[core],) if a is not type(None))
+        unset = f"Paper: {getattr(paper, core)}; unset = the preset's value" + ("; negative = None." if _nullable(core) else ".")
+        annotations[ours] = Optional[core_type]
+        setattr(cls, ours, field(default=None, metadata={"help": f"{docs[core]} {unset}"}))
+    return cls
+
+
+def trl_replay_kwargs(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`ReplayConfig` keyword arguments as `ReplayGRPOConfig` ones (a None core value becomes -1)."""
+    return {REPLAY_FIELDS[k]: (-1 if v is None and _nullable(k) else v) for k, v in overrides.items()}
+
 
 @dataclass
+@_with_replay_fields
 class ReplayGRPOConfig(GRPOConfig):
     replay_preset: str = field(
         default="paper",
         metadata={"help": f"Replay preset, the base of every replay_* setting: {', '.join(PRESETS)}."},
     )
-    replay_tau_max: Optional[int] = field(
-        default=None,
-        metadata={"help": "Max rollout age in optimizer steps (paper: 10); negative = no age eviction; unset = preset."},
-    )
-    replay_ratio: Optional[float] = field(
-        default=None,
-        metadata={"help": "Replay rows per step = round(ratio * fresh rows) (paper: 0.5); 0 disables replay."},
-    )
-    replay_alpha: Optional[float] = field(
-        default=None, metadata={"help": "Priority exponent (paper: 0.5); 0 = uniform, 1 = proportional."}
-    )
-    replay_priority: Optional[str] = field(
-        default=None, metadata={"help": "Priority signal: abs_advantage (paper), group_std, uniform."}
-    )
-    replay_composition: Optional[str] = field(
-        default=None, metadata={"help": "fresh_anchored (paper: concatenate) or pool (replay displaces fresh rows)."}
-    )
-    replay_granularity: Optional[str] = field(
-        default=None, metadata={"help": "Stored/sampled unit: rollout (paper) or group."}
-    )
-    replay_warmup_steps: Optional[int] = field(
-        default=None, metadata={"help": "Optimizer steps without replay draws at the start (paper default: 20)."}
-    )
-    replay_capacity: Optional[int] = field(
-        default=None,
-        metadata={"help": "Memory backstop: max stored rollouts per process (30000); negative = unbounded."},
-    )
     replay_seed: Optional[int] = field(
         default=None,
         metadata={"help": "Seed of the buffer's sampler (process i uses seed + i); unset = the training seed."},
     )
+    # + replay_tau_max, replay_ratio, replay_alpha, ...: one per ReplayConfig field (_with_replay_fields)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,22 +74,12 @@ class ReplayGRPOConfig(GRPOConfig):
 
     def replay_overrides(self) -> dict[str, Any]:
         """The replay_* fields that were set, as `ReplayConfig` keyword arguments."""
-        names = {
-            "replay_tau_max": "tau_max",
-            "replay_ratio": "replay_ratio",
-            "replay_alpha": "alpha",
-            "replay_priority": "priority",
-            "replay_composition": "composition",
-            "replay_granularity": "granularity",
-            "replay_warmup_steps": "warmup_steps",
-            "replay_capacity": "capacity",
-        }
         out: dict[str, Any] = {}
-        for ours, core in names.items():
+        for core, ours in REPLAY_FIELDS.items():
             value = getattr(self, ours)
             if value is None:
                 continue
-            if core in ("tau_max", "capacity") and value < 0:
+            if _nullable(core) and value < 0:
                 value = None
             out[core] = value
         return out

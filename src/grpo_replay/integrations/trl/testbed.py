@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -34,32 +34,15 @@ def train_testbed_with_trl(
     Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
     "output_dir"}; the trained model is saved to `<output_dir>/final`.
     """
-    from datasets import Dataset
-
-    from ...tasks.testbed import TestbedConfig, TestbedProblem, TestbedTask, warm_start
+    from ...tasks.testbed import TestbedConfig, TestbedTask, warm_start
     from . import ReplayGRPOConfig, ReplayGRPOTrainer
+    from .config import trl_replay_kwargs
 
     cfg = testbed_config or TestbedConfig()
     model, tokenizer, _info = warm_start(cfg, progress=progress)
     model.train()
     task = TestbedTask(cfg, tokenizer)
-    problems = task.sample_problems(np.random.default_rng(seed), num_train_problems)
-    dataset = Dataset.from_dict(
-        {
-            "prompt": [p.prompt for p in problems],
-            "problem_id": [p.id for p in problems],
-            "answer": [p.answer for p in problems],
-            "difficulty": [p.difficulty for p in problems],
-        }
-    )
-
-    def testbed_reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
-        return [
-            task.reward(c, TestbedProblem(id=i, prompt=p, answer=a, difficulty=d))
-            for c, p, i, a, d in zip(completions, prompts, problem_id, answer, difficulty)
-        ]
-
-    replay = {f"replay_{k}" if k != "replay_ratio" else k: v for k, v in (replay_overrides or {}).items()}
+    dataset, testbed_reward = _dataset_and_reward(task, task.sample_problems(np.random.default_rng(seed), num_train_problems))
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -82,7 +65,7 @@ def train_testbed_with_trl(
         seed=seed,
         disable_tqdm=not progress,
         replay_preset=preset,
-        **replay,
+        **trl_replay_kwargs(replay_overrides or {}),
     )
     kwargs.update(trl_overrides or {})
     args = ReplayGRPOConfig(**kwargs)
@@ -101,3 +84,28 @@ def train_testbed_with_trl(
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / "trl_summary.json").write_text(json.dumps(result, indent=1, default=str))
     return result
+
+
+def _dataset_and_reward(task, problems: list) -> tuple[Any, Callable[..., list[float]]]:
+    """The problems as a TRL dataset (each problem's fields as columns) and the reward function that reads them
+    back (TRL passes every dataset column to the reward function by name)."""
+    from datasets import Dataset
+
+    from ...tasks.testbed import TestbedProblem
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [p.prompt for p in problems],
+            "problem_id": [p.id for p in problems],
+            "answer": [p.answer for p in problems],
+            "difficulty": [p.difficulty for p in problems],
+        }
+    )
+
+    def testbed_reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
+        return [
+            task.reward(c, TestbedProblem(id=i, prompt=p, answer=a, difficulty=d))
+            for c, p, i, a, d in zip(completions, prompts, problem_id, answer, difficulty)
+        ]
+
+    return dataset, testbed_reward

@@ -45,7 +45,7 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
-from ...rollout import RolloutBatch
+from ...rollout import RolloutBatch, cat_padded
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -203,7 +203,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
         fresh, nonzero_var, has_tokens = self._replay_fresh_batch(out, rewards_per_func, step)
         # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
-        composed, kept = compose_batch(fresh, self.replay_buffer, step, return_fresh_index=True)
+        composed, kept = compose_batch(fresh, self.replay_buffer, step)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
 
         # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.
@@ -269,13 +269,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if entry["history"] is not None:
                 entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
         if log:
-            local = torch.tensor(
-                [inserted, len(self.replay_buffer)], device=self.accelerator.device, dtype=torch.float64
-            )
-            tot = self.accelerator.reduce(local, reduction="sum")
+            tot = _sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
             metrics = self._metrics["train"]
-            metrics["replay/inserted"].append(float(tot[0]))
-            metrics["replay/buffer_size"].append(float(tot[1]))
+            metrics["replay/inserted"].append(tot["inserted"])
+            metrics["replay/buffer_size"].append(tot["buffer_size"])
 
     def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -311,21 +308,18 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if "tool_mask" in out:  # the buffer keeps the loss mask; attention is rebuilt from its length on replay
             completion_mask = completion_mask * out["tool_mask"]
         ref = out.get("ref_per_token_logps")
-        fresh = RolloutBatch(
+        old = out.get("old_per_token_logps")  # None: aligned generation, filled from the update's forward
+        fresh = RolloutBatch.fresh(
             prompt_ids=out["prompt_ids"].detach().cpu(),
             prompt_mask=out["prompt_mask"].detach().cpu().long(),
             completion_ids=out["completion_ids"].detach().cpu(),
             completion_mask=completion_mask.detach().cpu().long(),
-            behaviour_logps=(
-                out["old_per_token_logps"].detach().float().cpu() if "old_per_token_logps" in out
-                else torch.zeros(completion_mask.shape)
-            ),
+            behaviour_logps=None if old is None else old.detach().float().cpu(),
             advantages=out["advantages"].detach().float().cpu(),
             rewards=filled[local].nan_to_num(0.0),
             group_ids=groups[local],
             group_std=group_std[groups[local]],
-            birth_step=torch.full((n,), step, dtype=torch.long),
-            is_replay=torch.zeros(n, dtype=torch.bool),
+            step=step,
             ref_logps=None if ref is None else ref.detach().float().cpu(),
         )
         return fresh, ok[local], completion_mask.detach().cpu().sum(1) > 0
@@ -372,10 +366,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
             multiple = self.pad_to_multiple_of
             if key in PROMPT_KEYS:
                 fill = pad_id if key == "prompt_ids" else 0
-                merged[key] = _cat_padded([value, other], left=True, value=fill, multiple=multiple)
+                merged[key] = cat_padded([value, other], left=True, value=fill, multiple=multiple)
             elif key in COMPLETION_KEYS and not (key == "importance_sampling_ratio" and self._replay_sequence_is()):
                 fill = {"completion_ids": pad_id, "tool_mask": 1, "importance_sampling_ratio": 1.0}.get(key, 0)
-                merged[key] = _cat_padded([value, other], left=False, value=fill, multiple=multiple)
+                merged[key] = cat_padded([value, other], left=False, value=fill, multiple=multiple)
             else:
                 merged[key] = torch.cat([value, other])
         return merged
@@ -389,29 +383,34 @@ class ReplayGRPOTrainer(GRPOTrainer):
     ) -> dict[str, Any]:
         """Log one generation's composition (summed over processes); returns its `replay_history` record, whose
         `inserted` and `buffer_size` are final once the step's rows enter the buffer (`_replay_flush`)."""
-        device = self.accelerator.device
         rep = composed.is_replay
         n_rep = int(rep.sum())
         ages = composed.age(step)[rep].float()
         abs_adv = composed.advantages.abs().float()
-        local = torch.tensor(
-            [len(composed), n_rep, float(ages.sum()), float(ages.max()) if n_rep else 0.0, n_fresh - n_ok, n_fresh,
-             float(self.replay_buffer.total_evicted_age), float(abs_adv[~rep].sum()), float(abs_adv[rep].sum())],
-            device=device, dtype=torch.float64,
-        )
-        g = self.accelerator.gather(local[None]).view(-1, local.numel())
-        tot = g.sum(0)
+        per_process = _gather_over_processes(self.accelerator, {
+            "rows": len(composed),
+            "replay_rows": n_rep,
+            "age_sum": float(ages.sum()),
+            "age_max": float(ages.max()) if n_rep else 0.0,
+            "zero_variance_rows": n_fresh - n_ok,
+            "fresh_rows_generated": n_fresh,
+            "evicted_age_total": float(self.replay_buffer.total_evicted_age),
+            "fresh_abs_adv_sum": float(abs_adv[~rep].sum()),
+            "replay_abs_adv_sum": float(abs_adv[rep].sum()),
+        })
+        tot = {k: float(v.sum()) for k, v in per_process.items()}
+        rows, replay_rows, fresh_rows = tot["rows"], tot["replay_rows"], tot["rows"] - tot["replay_rows"]
         metrics = self._metrics["train"]
-        metrics["replay/share"].append(float(tot[1] / tot[0].clamp(min=1)))
-        metrics["replay/rows"].append(float(tot[1]))
-        metrics["replay/frac_zero_variance"].append(float(tot[4] / tot[5].clamp(min=1)))
-        metrics["replay/evicted_age_total"].append(float(tot[6]))
-        if tot[0] > tot[1]:
-            metrics["fresh/abs_adv"].append(float(tot[7] / (tot[0] - tot[1])))
-        if tot[1] > 0:
-            metrics["replay/age_mean"].append(float(tot[2] / tot[1]))
-            metrics["replay/age_max"].append(float(g[:, 3].max()))
-            metrics["replay/abs_adv"].append(float(tot[8] / tot[1]))
+        metrics["replay/share"].append(replay_rows / max(rows, 1.0))
+        metrics["replay/rows"].append(replay_rows)
+        metrics["replay/frac_zero_variance"].append(tot["zero_variance_rows"] / max(tot["fresh_rows_generated"], 1.0))
+        metrics["replay/evicted_age_total"].append(tot["evicted_age_total"])
+        if fresh_rows > 0:
+            metrics["fresh/abs_adv"].append(tot["fresh_abs_adv_sum"] / fresh_rows)
+        if replay_rows > 0:
+            metrics["replay/age_mean"].append(tot["age_sum"] / replay_rows)
+            metrics["replay/age_max"].append(float(per_process["age_max"].max()))
+            metrics["replay/abs_adv"].append(tot["replay_abs_adv_sum"] / replay_rows)
         record = {
             "step": step,
             "fresh_rows": len(composed) - n_rep,
@@ -439,29 +438,38 @@ class ReplayGRPOTrainer(GRPOTrainer):
             clipped = (ratio > self.epsilon_high) & (adv > 0)
         else:
             clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
-        stats = []
-        for rows in (~is_replay, is_replay):
+        local = {}
+        for name, rows in (("fresh", ~is_replay), ("replay", is_replay)):
             m = mask * rows.unsqueeze(1).float()
-            stats += [(clipped.float() * m).sum(), (ratio * m).sum(), m.sum()]
-        tot = self.accelerator.reduce(torch.stack(stats).detach().double(), reduction="sum")
+            local |= {
+                f"{name}/clipped": (clipped.float() * m).sum(),
+                f"{name}/ratio_sum": (ratio * m).sum(),
+                f"{name}/tokens": m.sum(),
+            }
+        tot = _sum_over_processes(self.accelerator, local)
         metrics = self._metrics["train" if self.model.training else "eval"]
-        for i, name in enumerate(("fresh", "replay")):
-            clip_sum, ratio_sum, count = tot[3 * i : 3 * i + 3].tolist()
-            if count > 0:
-                metrics[f"{name}/clip_frac"].append(clip_sum / count)
-                metrics[f"{name}/ratio_mean"].append(ratio_sum / count)
+        for name in ("fresh", "replay"):
+            if tot[f"{name}/tokens"] > 0:
+                metrics[f"{name}/clip_frac"].append(tot[f"{name}/clipped"] / tot[f"{name}/tokens"])
+                metrics[f"{name}/ratio_mean"].append(tot[f"{name}/ratio_sum"] / tot[f"{name}/tokens"])
+
+
+def _gather_over_processes(accelerator, values: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Each named scalar from every process, in one collective call: name -> (num_processes,) float64."""
+    names = list(values)
+    local = torch.stack([
+        v.detach().to(accelerator.device, torch.float64) if isinstance(v, torch.Tensor)
+        else torch.tensor(v, dtype=torch.float64, device=accelerator.device)  # a Python number: no float32 detour
+        for v in (values[k] for k in names)
+    ])
+    gathered = accelerator.gather(local[None]).view(-1, len(names))
+    return {k: gathered[:, i] for i, k in enumerate(names)}
+
+
+def _sum_over_processes(accelerator, values: dict[str, Any]) -> dict[str, float]:
+    """Each named scalar summed over all processes (one collective call)."""
+    return {k: float(v.sum()) for k, v in _gather_over_processes(accelerator, values).items()}
 
 
 def _is_row_value(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() >= 1
-
-
-def _cat_padded(tensors: list[torch.Tensor], left: bool, value: float, multiple: Optional[int] = None) -> torch.Tensor:
-    width = max(t.shape[1] for t in tensors)
-    if multiple:  # TRL's pad_to_multiple_of, which its own padding of the fresh rows honours
-        width = -(-width // multiple) * multiple
-    padded = []
-    for t in tensors:
-        extra = width - t.shape[1]
-        padded.append(torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value) if extra else t)
-    return torch.cat(padded)

@@ -164,7 +164,7 @@ def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.nd
     rewards = _row_rewards(batch)
     gids = _group_ids(batch)
     _, std = group_advantages(rewards, gids)
-    rb = RolloutBatch(
+    rb = RolloutBatch.fresh(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         completion_ids=td["responses"].long(),
@@ -174,8 +174,7 @@ def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.nd
         rewards=rewards,
         group_ids=gids,
         group_std=std,
-        birth_step=torch.full((len(batch),), int(step), dtype=torch.long),
-        is_replay=torch.zeros(len(batch), dtype=torch.bool),
+        step=step,
         ref_logps=td["ref_log_prob"].float() if "ref_log_prob" in td.keys() else None,
     )
     pids, pm = prompt_ids.cpu().numpy(), prompt_mask.cpu().numpy().astype(bool)
@@ -320,30 +319,8 @@ class ReplayHook:
         `_balance_batch` requires."""
         step = int(global_step)
         N = len(batch)
-        mb = int(mini_batch_rows or N)
-        dp = int(dp_size)
-        micro = int(micro_batch_size_per_gpu or 1)
-        if N % mb:
-            raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
-        K = N // mb  # optimizer steps per epoch without replay
-        # verl's worker splits the batch over dp ranks, each rank's share into K mini-batches and each mini-batch
-        # into micro-batches of `micro` rows (prepare_micro_batches asserts), so a mini-batch is a multiple of
-        # dp * micro rows (and of rollout.n, to be expressible as ppo_mini_batch_size * rollout.n).
-        if self.settings.keep_optimizer_steps:
-            base = math.lcm(int(group_size), dp * micro)
-            if mb % base:
-                raise ValueError(
-                    f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
-                    f"({group_size}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
-                )
-            unit = K * base
-        else:
-            if mb % (dp * micro):
-                raise ValueError(
-                    f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu "
-                    f"({dp} * {micro})"
-                )
-            unit = mb
+        mb, dp = int(mini_batch_rows or N), int(dp_size)
+        K, unit = self._batch_unit(N, mb, dp, int(micro_batch_size_per_gpu or 1), int(group_size))
 
         fresh, pkeys = to_rollout_batch(batch, step)
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy()
@@ -351,7 +328,7 @@ class ReplayHook:
         spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
 
         # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
-        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step, return_fresh_index=True)
+        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step)
         is_rep = composed.is_replay
         fresh_idx = used[kept.numpy()]
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
@@ -382,6 +359,39 @@ class ReplayHook:
         ins = np.flatnonzero(nonzero)
         n_ins = self.buffer.add(fresh.select(torch.from_numpy(ins)), step, prompt_keys=pkeys[ins]) if len(ins) else 0
 
+        self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, replay_rows, n_replay, n_ins,
+                                    n_dropped_wide, n_replay_tokens)
+        return out
+
+    def _batch_unit(self, N: int, mb: int, dp: int, micro: int, group_size: int) -> tuple[int, int]:
+        """(K, unit): optimizer steps per epoch without replay, and the row count the composed batch must be a
+        multiple of. ValueError when verl's batch sizes cannot be kept."""
+        if N % mb:
+            raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
+        K = N // mb  # optimizer steps per epoch without replay
+        # verl's worker splits the batch over dp ranks, each rank's share into K mini-batches and each mini-batch
+        # into micro-batches of `micro` rows (prepare_micro_batches asserts), so a mini-batch is a multiple of
+        # dp * micro rows (and of rollout.n, to be expressible as ppo_mini_batch_size * rollout.n).
+        if self.settings.keep_optimizer_steps:
+            base = math.lcm(group_size, dp * micro)
+            if mb % base:
+                raise ValueError(
+                    f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
+                    f"({group_size}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
+                )
+            return K, K * base
+        if mb % (dp * micro):
+            raise ValueError(
+                f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu "
+                f"({dp} * {micro})"
+            )
+        return K, mb
+
+    def _plan(
+        self, step: int, N: int, mb: int, K: int, out: "DataProto", fresh_idx: np.ndarray, nonzero: np.ndarray,
+        replay_rows: RolloutBatch, n_replay: int, n_ins: int, n_dropped_wide: int, n_replay_tokens: int,
+    ) -> ReplayPlan:
+        """What this call did: row counts, the mini-batch the trainer must use, and the logged metrics."""
         total = len(out)
         k_steps = K if self.settings.keep_optimizer_steps else total // mb
         mbr = total // k_steps if self.settings.keep_optimizer_steps else mb
@@ -399,7 +409,7 @@ class ReplayHook:
             "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean()) if n_replay else 0.0,
         }
         metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
-        self.last_plan = ReplayPlan(
+        return ReplayPlan(
             step=step,
             n_fresh_total=N,
             n_fresh_used=len(fresh_idx),
@@ -412,7 +422,6 @@ class ReplayHook:
             n_replay_tokens=n_replay_tokens,
             metrics=metrics,
         )
-        return out
 
     @staticmethod
     def _fit_to_unit(
