@@ -183,7 +183,9 @@ def main():
     if a.peers_only:
         print(json.dumps({"machine": machine(), "rows": bench_peers(a.repeats)}))
         return
-    print(machine())
+    from grpo_replay.provenance import git_commit
+
+    print(f"{machine()}; commit {git_commit()}")
     p = bench_paper_default(a.repeats)
     ms = p["ms"]
     print(

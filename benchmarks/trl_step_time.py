@@ -141,7 +141,10 @@ def main() -> None:
             steps[arm].extend(run(arm, a))
     med = {arm: {k: statistics.median(s[k] for s in steps[arm]) for k in PARTS} for arm in arms}
     base = med["grpo_trainer"]["total"]
+    from grpo_replay.provenance import provenance
+
     report = {
+        "provenance": provenance(),
         "config": vars(a),
         "steps_per_arm": {arm: len(s) for arm, s in steps.items()},
         "median_per_step_s": med,

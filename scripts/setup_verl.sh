@@ -7,7 +7,7 @@
 # torch, numpy and pyyaml, which verl already brings).
 # Idempotent: a second run only checks the stamp. Measured here: about 3 minutes on 2 idle CPUs (up to 5.5 under load).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."  # the real checkout, also when called through a linked copy
 PY=${PYTHON:-python3}
 VENV=${VERL_VENV:-.venv-verl}
 if [ ! -x "$VENV/bin/python" ]; then

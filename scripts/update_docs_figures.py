@@ -67,12 +67,10 @@ def describe_machine() -> str:
 
 
 def commit() -> str:
-    try:
-        rev = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=ROOT).returncode != 0
-        return rev + ("+uncommitted src changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    sys.path.insert(0, str(ROOT / "src"))
+    from grpo_replay.provenance import git_commit
+
+    return git_commit(ROOT)
 
 
 def render(rec: dict) -> str:

@@ -149,3 +149,8 @@ def test_snippet_runs(snippet: Snippet, tmp_path):
         f"{snippet.id} failed (exit {proc.returncode}):\n{snippet.body}\n--- stdout ---\n{proc.stdout[-3000:]}\n"
         f"--- stderr ---\n{proc.stderr[-5000:]}"
     )
+    # The sandbox links the real .venv: a snippet that reinstalls the project from the sandbox would leave every
+    # later test importing a temporary copy (it happened: setup.sh once ran `pip install -e .` from here).
+    where = subprocess.run([str(venv_bin / "python"), "-c", "import grpo_replay; print(grpo_replay.__file__)"],
+                           cwd=tmp_path, env=dict(os.environ, PYTHONPATH=""), capture_output=True, text=True)
+    assert where.stdout.strip().startswith(str(ROOT / "src")), f"{snippet.id} repointed the installed project: {where}"

@@ -33,6 +33,8 @@ def test_outputs_exist(quick_out):
     for claim in ("|A_i| > sigma_g > uniform", "fresh-anchored > pool", "moderate tau_max", "correct responses longer",
                   "beats GRPO"):
         assert claim.replace("|", "\\|") in md
+    prov = json.loads((rep / "results.json").read_text())["provenance"]
+    assert f"Code: commit `{prov['commit']}`, grpo-replay {prov['grpo_replay']}, torch {prov['torch']}" in md
 
 
 def test_numbers_consistent(quick_out):

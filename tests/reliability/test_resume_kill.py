@@ -8,6 +8,8 @@ import shutil
 import signal
 import time
 
+import pytest
+
 from helpers import read_jsonl, without_times
 
 from grpo_replay.cli import main
@@ -94,3 +96,35 @@ def test_rerunning_a_finished_run_keeps_its_summary(reference_run, train_args, t
     again = json.loads((out / "summary.json").read_text())
     assert again["heldout_acc_sampled"] == summary["heldout_acc_sampled"]
     assert again["final_eval"] == summary["final_eval"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_stops_after_the_step_with_a_checkpoint_then_resume_matches(
+        sig, reference_run, train_args, run_cli, tmp_path):
+    """No periodic checkpoints (checkpoint_every=0): the signal alone must leave one, at the step it interrupted."""
+    out = tmp_path / "run"
+    args = train_args(out, checkpoint_every=0)
+    log = tmp_path / "first.log"
+    proc = run_cli(args, log)
+    deadline = time.monotonic() + 300
+    try:
+        while not (out / "metrics.jsonl").exists() or len(read_jsonl(out / "metrics.jsonl")) < 2:
+            assert proc.poll() is None, f"run exited early: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "no metrics within 300 s"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    m = re.search(rf"stopped: {signal.Signals(sig).name} after step (\d+); checkpoint ckpt-(\d+) written", text)
+    assert m, text[-3000:]
+    stopped = int(m.group(1))
+    assert int(m.group(2)) == stopped and 2 <= stopped < STEPS, text[-3000:]
+    assert checkpoint.latest(out).name == f"ckpt-{stopped:06d}"
+    assert len(read_jsonl(out / "metrics.jsonl")) == stopped  # the step under way finished and was logged
+
+    resumed = run_cli(args, tmp_path / "resume.log")
+    assert resumed.wait(timeout=300) == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    _same_logs(out, reference_run)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import platform
 from pathlib import Path
 from typing import Any, Optional
 
 from . import plots
+from ..provenance import describe, provenance
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .benchmarks import BenchSettings
 from .claims import check_claims
@@ -51,6 +51,7 @@ def build_report(
         "confidence": CONFIDENCE,
         "missing_runs": missing,
         "run_info": run_info or {},
+        "provenance": provenance(),
         "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
         "comparisons": {},
         "claims": [],
@@ -157,8 +158,9 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
     info = results.get("run_info") or {}
     if info:
         lines += [f"Runs: {info.get('runs', '?')} ({info.get('ran', 0)} run now, {info.get('skipped', 0)} reused), "
-                  f"{info.get('jobs', '?')} parallel jobs, wall time of this invocation {info.get('wall_s', 0) / 60:.1f} min; "
-                  f"python {platform.python_version()}.", ""]
+                  f"{info.get('jobs', '?')} parallel jobs, wall time of this invocation {info.get('wall_s', 0) / 60:.1f} min.", ""]
+    if results.get("provenance"):
+        lines += [f"Code: {describe(results['provenance'])}.", ""]
     if results["missing_runs"]:
         lines += [f"**Missing (unfinished or failed) runs, left out of every number:** {', '.join(results['missing_runs'])}", ""]
 

@@ -32,6 +32,8 @@ import json
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -46,6 +48,7 @@ from .. import tracking
 from ..console import quiet_third_party
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..loss import LossConfig
+from ..provenance import provenance
 from . import checkpoint, rundir
 from .config import TrainConfig
 from .evaluation import evaluate
@@ -66,6 +69,39 @@ class TrainingStopped(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
+
+
+class TrainingInterrupted(TrainingStopped):
+    """SIGINT / SIGTERM arrived: the step under way finished, a checkpoint was written, the run stopped."""
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM (`kill`, schedulers, `docker stop`) ask the run to stop after the step under
+    way, with a checkpoint, instead of losing every step since the last periodic one. A second SIGINT stops at
+    once (KeyboardInterrupt). A signal ignored when the run started stays ignored (a background job's SIGINT),
+    and outside the main thread nothing is installed (signal handlers can only be set there)."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        tqdm.write(f"grpo-replay: {self.received} received; stopping after this step with a checkpoint "
+                   "(Ctrl-C again stops at once, without one)")
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 @dataclass
@@ -120,10 +156,11 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     bar = tqdm(range(run.start, cfg.steps), initial=run.start, total=cfg.steps, disable=not cfg.progress,
                desc="grpo-replay", dynamic_ncols=True)
     run.model.train()
-    for t in bar:
-        t0 = time.perf_counter()
-        out = step(run, t)
-        bookkeeping(run, t, out, t0, bar)
+    with StopSignals() as signals:
+        for t in bar:
+            t0 = time.perf_counter()
+            out = step(run, t)
+            bookkeeping(run, t, out, t0, bar, signals.received)
     bar.close()
     run.tracker.close()
     return finish(run)
@@ -238,8 +275,9 @@ def step(run: Run, t: int) -> StepOutput:
     return StepOutput(rewards, keep, gen.completion_mask, update, stats, reward_counts, t_generate)
 
 
-def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar) -> None:
-    """After step t: the metrics row, evaluation when due, a checkpoint when due; stops a run gone non-finite."""
+def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: str | None = None) -> None:
+    """After step t: the metrics row, evaluation when due, a checkpoint when due (or when a stop signal came);
+    stops a run gone non-finite or `interrupted` by a signal."""
     cfg, state = run.cfg, run.state
     row = _metrics_row(run, t, out, t0)
     step_done = t + 1
@@ -250,9 +288,15 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar) -> None:
     bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{state['last_eval']['acc_sampled']:.3f}", buf=len(run.buffer),
                     replay=f"{row['replay/share']:.2f}")
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
-    if stop or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
+    if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
                         optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng)
+    if interrupted and not stop:
+        run.tracker.close()
+        raise TrainingInterrupted(
+            f"{interrupted} after step {step_done}; checkpoint ckpt-{step_done:06d} written to {run.run_dir}. "
+            "Rerun the same command to resume."
+        )
     if stop:
         run.tracker.close()
         raise TrainingStopped(
@@ -305,6 +349,7 @@ def finish(run: Run) -> dict[str, Any]:
     """summary.json and the run's plots; returns the summary."""
     summary = _summary(run.cfg, run.state, run.state["last_eval"], run.setup_info)
     summary["reward_errors"], summary["reward_timeouts"] = run.scorer.errors, run.scorer.timeouts
+    summary["provenance"] = provenance()  # the code this run finished with (a resumed run may have started on another)
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from .plots import plot_run
 

@@ -1,0 +1,37 @@
+import subprocess
+
+import pytest
+
+from grpo_replay import __version__
+from grpo_replay.provenance import describe, git_commit, provenance
+
+
+def test_outside_a_checkout_the_commit_is_unknown_not_guessed(tmp_path):
+    assert git_commit(tmp_path) == "unknown (no git checkout)"
+
+
+def test_commit_and_uncommitted_src_changes(tmp_path):
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,  # noqa: E731
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        git("init", "-q")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git is not available")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "--short", "HEAD")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "notes.md").write_text("outside src: not the result's code\n")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == head + "+uncommitted src changes"
+
+
+def test_provenance_names_versions():
+    p = provenance()
+    assert p["grpo_replay"] == __version__
+    assert p["torch"].startswith("2.")
+    line = describe(p)
+    assert p["commit"] in line and f"grpo-replay {__version__}" in line
