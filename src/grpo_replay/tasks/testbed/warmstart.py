@@ -194,9 +194,14 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=1))
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if _is_complete(path) and not force:
+            # Another process (a parallel test worker, a second run) finished the same deterministic warm
+            # start first: keep its copy, which others may be reading, and drop ours.
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         if not _is_complete(path):  # a concurrent writer may have won the race
