@@ -1,6 +1,7 @@
 """Shared pieces of the reliability tests: CLI argument lists for the tiny testbed and one reference run."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,11 +44,14 @@ def cli_env() -> dict:
 
 @pytest.fixture(scope="session")
 def run_cli():
-    """Start `python -m grpo_replay.cli ARGS` as a real process (Popen, stdout+stderr to a log file)."""
+    """Start `python -m grpo_replay.cli ARGS` as a real process (Popen, stdout+stderr to a log file), with SIGINT
+    at its default as from a terminal (pytest-xdist workers ignore SIGINT; an ignored signal is inherited, and
+    the trainer, by design, leaves an ignored SIGINT ignored)."""
 
     def start(args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "grpo_replay.cli", *args], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=cli_env()
+            [sys.executable, "-m", "grpo_replay.cli", *args], stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=cli_env(),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
     return start
