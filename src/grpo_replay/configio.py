@@ -195,3 +195,13 @@ def build(cls: type, flat: Mapping[str, Any], prefix: str = "") -> Any:
 
 def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
+
+
+def plain(x: Any) -> Any:
+    """Mappings and tuples turned into plain dicts and lists, recursively: what `yaml.safe_dump` and trackers'
+    config fields accept (a tuple would be dumped as a Python-specific tag, or rejected)."""
+    if isinstance(x, Mapping):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    return x

@@ -20,6 +20,7 @@ import string
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from . import configio
 from .configio import ConfigError
 
 TRACKERS = ("tensorboard", "wandb")
@@ -145,7 +146,7 @@ def _open_tensorboard(log_dir: Path, config: Mapping[str, Any], first_step: int)
         # Written into the run's own event file (SummaryWriter.add_hparams would open a separate sub-run).
         for s in hparams_summaries(hparams(config), {"acc_sampled": 0.0, "acc_greedy": 0.0, "reward": 0.0}):
             writer._get_file_writer().add_summary(s)
-        writer.add_text("config", "```\n" + yaml.safe_dump(_plain(config), sort_keys=False) + "```", 0)
+        writer.add_text("config", "```\n" + yaml.safe_dump(configio.plain(config), sort_keys=False) + "```", 0)
     return writer
 
 
@@ -193,7 +194,7 @@ def _wandb_init(wandb, run_dir: Path, run_id: str, config: Mapping[str, Any]):
         name=str(run_dir),
         id=run_id,
         resume="allow",
-        config=_plain(config),
+        config=configio.plain(config),
         # WANDB_DIR (if set) decides where W&B's files go; otherwise inside the run directory.
         dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
         # Several runs in one process (compare's workers): each train() gets its own W&B run.
@@ -201,11 +202,3 @@ def _wandb_init(wandb, run_dir: Path, run_id: str, config: Mapping[str, Any]):
         # W&B's console capture and banners would interleave with the progress bar (_open_wandb prints one line).
         settings=wandb.Settings(console="off", silent=True),
     )
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x

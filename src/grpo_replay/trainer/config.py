@@ -168,15 +168,7 @@ class TrainConfig:
         return configio.to_dict(self)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(_plain(self.to_dict()), sort_keys=False)
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
+        return yaml.safe_dump(configio.plain(self.to_dict()), sort_keys=False)
 
 
 FIELDS = configio.flat_fields(TrainConfig)
