@@ -23,6 +23,8 @@ Where this departs from the paper (or the summary is silent):
   - loss.beta > 0: the KL reference is a frozen copy of the initial policy; its log-probs are measured once
     per fresh row and stored with it, so a replayed row reuses them (the reference never changes).
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
+  - An addition, off by default: cfg.drift_probe > 0 measures the policy's drift per step on a fixed probe
+    (drift/kl_1, drift/kl_tau; `drift.py`) at the start of each step, without touching the training run.
 """
 from __future__ import annotations
 
