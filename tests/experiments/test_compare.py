@@ -158,3 +158,43 @@ def test_verdict_of_an_exact_zero_difference_with_float_noise():
     assert claims.verdict(noisy) == claims.FAILS
     assert claims.verdict({"mean": 0.004, "lo": 1e-17, "hi": 0.008, "n": 5}) == claims.WEAK
     assert math.isclose(stats.ci([1.0, 1.0, 1.0])["lo"], 1.0)
+
+
+# ------------------------------------------------------------------------------ minimum detectable effect
+def _runs(arm, accs, **final):
+    return [stats.Run(arm, s, [{"acc_sampled": x, "acc_greedy": x, **final}], 0, 0) for s, x in enumerate(accs)]
+
+
+def test_mde_of_a_known_sd_and_n():
+    # (t_{0.975,4} + t_{0.80,4}) * sd / sqrt(5), the quantiles from a t table (2.7764, 0.9410)
+    assert _close(stats.mde(0.02, 5), (2.7764451051977987 + 0.9409646133567969) * 0.02 / math.sqrt(5), 1e-9)
+    assert _close(stats.mde(0.0, 3), 0.0)  # no spread: any difference is detectable
+    assert stats.mde(None, 1) is None and stats.mde(0.02, 1) is None and stats.mde(float("nan"), 4) is None
+    # paired_diff carries it, from the sd of the per-seed differences
+    d = stats.paired_diff(_runs("paper", [0.3, 0.5, 0.4, 0.6]), _runs("grpo", [0.2, 0.5, 0.2, 0.4]), lambda r: r.final["acc_sampled"])
+    assert _close(d["mde"], stats.mde(d["sd"], 4)) and d["mde"] > 0
+    assert claims.pp(d).endswith(f"(n=4, MDE {100 * d['mde']:.1f} pp)")
+    assert stats.format_ci(d, fmt="{:+.1f}", unit=" pp", show_mde=True) == "+12.5 pp [-2.7, +27.7] (MDE 19.9 pp)"
+
+
+def test_mde_with_one_seed_is_n_a_not_a_crash():
+    one = stats.paired_diff(_runs("paper", [0.4]), _runs("grpo", [0.3]), lambda r: r.final["acc_sampled"])
+    assert one["mde"] is None and one["lo"] is None
+    assert claims.pp(one) == "+10.0 pp (n=1, MDE n/a)"
+    assert stats.paired_diff([], [], lambda r: 0.0)["mde"] is None
+    runs = {a: _runs(a, [0.3], len_correct=5.0, len_incorrect=4.0, len_all=4.5) for a in ("grpo", "paper", "comp_pool")}
+    checked = {c["claim"]: c for c in claims.check_claims(runs)}
+    beats = checked["Replay (the paper's method) beats GRPO"]
+    assert beats["numbers"]["sampled"]["mde"] is None and "MDE n/a" in beats["evidence"][0]
+    length = checked["Length: correct responses longer, incorrect ones shorter than GRPO's"]
+    assert "MDE n/a" in length["evidence"][0] and "mde" in length["numbers"]["len_correct_rel"]
+
+
+def test_report_shows_mde_beside_each_claim_ci(quick_out):
+    res = json.loads((quick_out / "report" / "results.json").read_text())
+    assert res["power"] == 0.8
+    beats = next(c for c in res["claims"] if c["claim"] == "Replay (the paper's method) beats GRPO")
+    d = beats["numbers"]["sampled"]
+    assert d["n"] == QUICK.seeds and _close(d["mde"], stats.mde(d["sd"], d["n"]), 1e-12)
+    md = (quick_out / "report" / "report.md").read_text()
+    assert f"(n={QUICK.seeds}, MDE " in md and "MDE = the minimum detectable effect" in md

@@ -1,5 +1,9 @@
 """The paper's claims, each checked on the testbed with paired (same-seed) 95 % confidence intervals.
 
+Every paired difference also carries its minimum detectable effect ("mde", `stats.mde`: the true difference the
+setting's seeds would detect at 95 % with 80 % power, (t_{0.975,n-1} + t_{0.80,n-1}) * sd_diff / sqrt(n)); the evidence
+shows it beside the CI, so a "not significant" verdict can be read against the effect the setting could have seen.
+
 A verdict is one of: "holds" (difference in the claimed direction, CI excludes 0); "direction agrees, not
 significant" (CI includes 0); "does not hold" (mean difference in the other direction or zero, within TOL); "not tested"
 (an arm is missing, e.g. in the quick setting).
@@ -8,7 +12,7 @@ from __future__ import annotations
 
 import math
 from ..eval.metrics import relative_change
-from .stats import Run, ci, format_ci, paired_diff
+from .stats import Run, format_ci, paired_ci, paired_diff
 
 HOLDS = "holds"
 WEAK = "direction agrees, not significant"
@@ -43,12 +47,13 @@ def combine(vs: list[str]) -> str:
 
 
 def pp(d: dict) -> str:
-    """A paired difference of accuracies in percentage points with its CI."""
-    return format_ci(d, fmt="{:+.1f}", unit=" pp", n=True)
+    """A paired difference of accuracies in percentage points with its CI, seeds and MDE."""
+    return format_ci(d, fmt="{:+.1f}", unit=" pp", n=True, show_mde=True)
 
 
 def pct(d: dict) -> str:
-    return format_ci(d, fmt="{:+.1f}", unit=" %")
+    """A paired relative change in % with its CI and MDE."""
+    return format_ci(d, fmt="{:+.1f}", unit=" %", show_mde=True)
 
 
 def _acc(r: Run, key: str = "acc_sampled") -> float:
@@ -154,7 +159,7 @@ def _length(arms: _Arms) -> dict:
         rel = {}
         for key in ("len_correct", "len_incorrect"):
             bs = {r.seed: r for r in arms.runs["grpo"]}
-            rel[key] = ci([relative_change(r.final.get(key), bs[r.seed].final.get(key)) for r in arms.runs["paper"] if r.seed in bs])
+            rel[key] = paired_ci([relative_change(r.final.get(key), bs[r.seed].final.get(key)) for r in arms.runs["paper"] if r.seed in bs])
         v1, v2 = verdict(rel["len_correct"]), verdict(rel["len_incorrect"], sign=-1)
         c.update(verdict=combine([v1, v2]), numbers={"len_correct_rel": rel["len_correct"], "len_incorrect_rel": rel["len_incorrect"]})
         c["evidence"].append(

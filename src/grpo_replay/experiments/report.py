@@ -13,7 +13,7 @@ from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .benchmarks import BenchSettings
 from .claims import check_claims
 from .runner import RunSpec
-from .stats import CONFIDENCE, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
+from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
 
 
 def build_report(
@@ -49,6 +49,7 @@ def build_report(
         "overrides": {**setting.overrides, **(extra_overrides or {})},
         "seeds": sorted({s.seed for s in specs}),
         "confidence": CONFIDENCE,
+        "power": POWER,  # of every claim's minimum detectable effect ("mde" beside each paired CI)
         "missing_runs": missing,
         "run_info": run_info or {},
         "provenance": provenance(),
@@ -170,7 +171,12 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
     lines.append(_table(["claim", "verdict", "evidence"], [[c["claim"], f"**{c['verdict']}**", "<br>".join(c["evidence"]) or "–"] for c in results["claims"]]))
     lines += ["", "Verdicts: *holds* = paired difference in the claimed direction with a 95 % CI excluding 0; "
               "*direction agrees, not significant* = right sign, CI includes 0; *does not hold* = wrong sign or zero (within 1e-9); "
-              "*not tested* = an arm is missing in this setting.", ""]
+              "*not tested* = an arm is missing in this setting.", "",
+              f"MDE = the minimum detectable effect of this setting: the true paired difference a two-sided "
+              f"{int(100 * results['confidence'])} % paired t-test over these seeds would detect with "
+              f"{int(100 * results.get('power', POWER))} % power, (t_0.975,n-1 + t_0.80,n-1) x sd of the per-seed differences / sqrt(n) "
+              "(the held-out evaluation's noise is inside each seed's value); n/a with fewer than 2 seeds. A difference "
+              "smaller than the MDE may be real yet undetectable here: *not significant* then says little.", ""]
 
     if real:
         lines += ["# During training: the held-out split of the training data", "",

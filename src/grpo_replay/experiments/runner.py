@@ -24,8 +24,9 @@ from typing import Any, Optional
 from .. import configio
 from .arms import Arm, seed_overrides
 
-# Keys that do not change what a run computes (excluded from the run-directory hash).
-_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to")
+# Keys that do not change what a run computes (excluded from the run-directory hash). drift_probe only adds the
+# drift/* diagnostic to metrics.jsonl (forked RNG, a no-grad pass): runs made before it existed keep their hash.
+_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to", "drift_probe")
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Statistics over seeds: t-distribution 95 % confidence intervals, paired differences vs GRPO, budget curves.
+"""Statistics over seeds: t-distribution 95 % confidence intervals, paired differences vs GRPO (with their minimum
+detectable effect, `mde`), budget curves.
 
 All metric arithmetic (mean@n, pass@k, AES, relative length change) comes from `grpo_replay.eval.metrics`; this
 module only reads run directories and aggregates over seeds. Seeds are paired across arms (seed i of every arm
@@ -18,6 +19,7 @@ import numpy as np
 from ..eval.metrics import aes, evaluate_correctness, relative_change
 
 CONFIDENCE = 0.95
+POWER = 0.80  # the power of the minimum detectable effect (`mde`)
 
 
 def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
@@ -35,13 +37,46 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
         return table[df - 1] if df <= 30 else 1.96
 
 
+def t_ppf(p: float, df: int) -> float:
+    """The p quantile of Student's t with df degrees of freedom (scipy when installed; otherwise a table for
+    p = 0.975 and p = 0.80, normal beyond df 30)."""
+    try:
+        from scipy import stats
+
+        return float(stats.t.ppf(p, df))
+    except ImportError:  # pragma: no cover - scipy is a dev dependency
+        if abs(p - 0.975) < 1e-9:
+            return t_quantile(df, 0.95)
+        if abs(p - 0.80) > 1e-9:
+            raise
+        table = [1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.876, 0.873, 0.870, 0.868,
+                 0.866, 0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855,
+                 0.854, 0.854]
+        return table[df - 1] if df <= 30 else 0.8416
+
+
+def mde(sd: Optional[float], n: int, confidence: float = CONFIDENCE, power: float = POWER) -> Optional[float]:
+    """Minimum detectable effect of a paired comparison over n seeds: the true mean difference that a two-sided
+    paired t-test at `confidence` (95 %) detects with probability `power` (80 %), given the spread sd of the
+    per-seed differences (paired t approximation, df = n - 1):
+
+        MDE = (t_{1 - alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n),   alpha = 1 - confidence
+
+    = (t_{0.975, n-1} + t_{0.80, n-1}) * sd / sqrt(n) at the defaults. The held-out evaluation's sampling noise is
+    already inside each seed's value, so sd holds it too. None when n < 2 (no spread to estimate)."""
+    if sd is None or n is None or n < 2 or _nan(sd):
+        return None
+    return (t_ppf(0.5 + confidence / 2, n - 1) + t_ppf(power, n - 1)) * sd / math.sqrt(n)
+
+
 def format_ci(
     c: Optional[dict], *, scale: float = 100.0, fmt: str = "{:.1f}", unit: str = "", star: bool = False,
-    n: bool = False, missing: str = "n/a",
+    n: bool = False, missing: str = "n/a", show_mde: bool = False,
 ) -> str:
     """`mean [lo, hi]` of a `ci` / `paired_diff` dict, each value times `scale` written with `fmt` (`unit` after the
     mean); the interval is left out when there is none (fewer than 2 values). star: a `*` when the interval excludes
-    0; n: ` (n=N)` after it; missing: the text for an absent value. The one formatter of every table and claim."""
+    0; n: ` (n=N)` after it; show_mde: the minimum detectable effect too, ` (n=N, MDE x)` (`MDE n/a` below 2
+    values); missing: the text for an absent value. The one formatter of every table and claim."""
     if not c or c.get("mean") is None:
         return missing
     text = fmt.format(scale * c["mean"]) + unit
@@ -49,7 +84,11 @@ def format_ci(
         text += f" [{fmt.format(scale * c['lo'])}, {fmt.format(scale * c['hi'])}]"
         if star and (c["lo"] > 0 or c["hi"] < 0):
             text += "*"
-    return text + (f" (n={c['n']})" if n else "")
+    notes = [f"n={c['n']}"] if n else []
+    if show_mde:
+        m = c.get("mde")
+        notes.append("MDE n/a" if m is None else "MDE " + fmt.replace("+", "").format(scale * m) + unit)
+    return text + (f" ({', '.join(notes)})" if notes else "")
 
 
 def format_diff(c: Optional[dict], **kw) -> str:
@@ -240,7 +279,13 @@ def curve_grid(runs: list[Run]) -> list[float]:
     return sorted({float(e["generated"]) for r in runs for e in r.evals})
 
 
+def paired_ci(diffs: Sequence[Optional[float]]) -> dict:
+    """`ci` of per-seed paired differences, plus "mde": their minimum detectable effect (`mde`; None if n < 2)."""
+    c = ci(diffs)
+    return {**c, "mde": mde(c["sd"], c["n"])}
+
+
 def paired_diff(a: list[Run], b: list[Run], f) -> dict:
-    """CI of f(run of a) - f(run of b) over the seeds both arms have."""
+    """CI (and MDE, `paired_ci`) of f(run of a) - f(run of b) over the seeds both arms have."""
     bs = {r.seed: r for r in b}
-    return ci([_sub(f(r), f(bs[r.seed])) for r in a if r.seed in bs])
+    return paired_ci([_sub(f(r), f(bs[r.seed])) for r in a if r.seed in bs])

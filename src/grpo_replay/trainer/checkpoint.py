@@ -1,5 +1,6 @@
 """Atomic, pickle-free checkpoints: model (safetensors), optimizer and scheduler (torch, weights_only),
-replay buffer (npz + json), every random generator and the step (json).
+replay buffer (npz + json), every random generator and the step (json), the drift probe and its recent
+log-probs when the diagnostic is on (safetensors).
 
 A checkpoint is written into `ckpt-<step>.tmp/`, each file flushed and fsynced, then renamed to
 `ckpt-<step>/` in one `os.replace`; a crash mid-write leaves only a `.tmp` folder, which loading ignores,
@@ -20,6 +21,7 @@ import torch
 from ..buffer import ReplayBuffer
 
 DONE = "trainer_state.json"  # written last: its presence marks a complete checkpoint
+DRIFT = "drift.safetensors"  # the drift probe and its kept log-probs (TrainConfig.drift_probe > 0)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -57,6 +59,7 @@ def save(
     prompt_rng: np.random.Generator,
     trainer_state: dict[str, Any],
     keep: int = 2,
+    drift=None,
 ) -> Path:
     """Write checkpoint `step` (the number of completed steps) atomically; prune older ones."""
     final = run_dir / f"ckpt-{step:06d}"
@@ -72,6 +75,10 @@ def save(
         torch.save({"cpu": torch.get_rng_state(), "cuda": _cuda_states()}, tmp / "torch_rng.pt")
         buffer.save(tmp / "buffer")
         (tmp / "rng.json").write_text(json.dumps(rng_state(prompt_rng)))
+        if drift is not None:
+            from safetensors.torch import save_file
+
+            save_file(drift.state_dict(), str(tmp / DRIFT))
         (tmp / DONE).write_text(json.dumps({"step": step, **trainer_state}))
         _fsync_tree(tmp)
         _fsync_dir(tmp)
@@ -104,7 +111,7 @@ def latest(run_dir: Path) -> Optional[Path]:
 
 
 def load(
-    path: Path, model, optimizer, scheduler, buffer: ReplayBuffer, prompt_rng: np.random.Generator
+    path: Path, model, optimizer, scheduler, buffer: ReplayBuffer, prompt_rng: np.random.Generator, drift=None
 ) -> dict[str, Any]:
     """Restore everything `save` wrote into the given live objects; returns the trainer state."""
     from safetensors.torch import load_file
@@ -128,4 +135,6 @@ def load(
     prompt_rng.bit_generator.state = states["numpy_prompt"]
     v, st, gauss = states["python"]
     random.setstate((v, tuple(st), gauss))
+    if drift is not None and (path / DRIFT).is_file():
+        drift.load_state_dict(load_file(str(path / DRIFT)))
     return json.loads((path / DONE).read_text())

@@ -64,6 +64,10 @@ class TrainConfig:
     """Write a resumable checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """Most recent checkpoints kept."""
+    drift_probe: int = 0
+    """Policy-drift diagnostic (built-in trainer): probe rows, i.e. held-out prompts with one completion sampled once
+    from the initial policy; each step logs drift/kl_1 and drift/kl_tau, the mean per-token KL(pi_t || pi_{t-k}) on
+    them for k = 1 and k = replay.tau_max (see trainer/drift.py). 0 = off. It never changes the training run."""
     max_bad_steps: int = 5
     """Stop (with a checkpoint) after this many consecutive steps with a NaN/inf loss; such steps are skipped."""
     reward_timeout: float = 10.0
@@ -113,6 +117,8 @@ class TrainConfig:
         for name in ("torch_threads", "lr_warmup_steps", "max_new_tokens", "micro_batch_size", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 configio.bad(self, name, "an integer >= 0")
+        if self.drift_probe < 0:
+            configio.bad(self, "drift_probe", "an integer >= 0 (0 = off)")
         if self.keep_checkpoints < 1:
             configio.bad(self, "keep_checkpoints", "an integer >= 1")
         for name, ok, allowed in (
@@ -133,6 +139,8 @@ class TrainConfig:
             configio.bad(self, "backend", ", ".join(BACKENDS))
         if self.generator not in GENERATORS:
             configio.bad(self, "generator", ", ".join(GENERATORS))
+        if self.drift_probe and self.backend != "builtin":
+            configio.bad(self, "drift_probe", "0 with backend='trl' (the drift diagnostic is the built-in trainer's)")
         from ..tracking import parse_report_to
 
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"

@@ -23,6 +23,8 @@ Where this departs from the paper (or the summary is silent):
   - loss.beta > 0: the KL reference is a frozen copy of the initial policy; its log-probs are measured once
     per fresh row and stored with it, so a replayed row reuses them (the reference never changes).
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
+  - An addition, off by default: cfg.drift_probe > 0 measures the policy's drift per step on a fixed probe
+    (drift/kl_1, drift/kl_tau; `drift.py`) at the start of each step, without touching the training run.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ from ..loss import LossConfig
 from ..provenance import provenance
 from . import checkpoint, rundir
 from .config import TrainConfig
+from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .evaluation import evaluate
 from .generation import TransformersGenerator, VLLMGenerator, token_logps
 from .rewards import RewardScorer
@@ -126,6 +129,7 @@ class Run:
     max_new: int  # completion budget in tokens
     eval_kw: dict
     setup_info: dict
+    drift: DriftProbe | None = None  # the policy-drift probe when cfg.drift_probe > 0
     tracker: tracking.Tracker | None = None
     state: dict = dataclass_field(default_factory=dict)  # counters, evals: what a checkpoint stores
     start: int = 0  # first step to run (the checkpoint's step when resuming)
@@ -141,6 +145,7 @@ class StepOutput(NamedTuple):
     stats: dict[str, Any] | None  # `_update`'s result; None when the step made no update
     reward_counts: dict[str, Any]
     t_generate: float  # seconds spent generating
+    drift: dict[str, Any]  # drift/kl_* of the policy that made this step's update ({} when the diagnostic is off)
 
 
 @quiet_third_party  # one progress bar (ours); third-party bars off, each warning once, printed above the bar
@@ -187,6 +192,13 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     eval_task = _SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
     heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
+    drift = None
+    if cfg.drift_probe:
+        # Sampled from the initial policy (build_policy is deterministic; the checkpoint stores it all the same).
+        drift = DriftProbe.build(model, tokenizer, [p.prompt for p in heldout], cfg.drift_probe, max_new, cfg.temperature,
+                                 seed=cfg.seed + DRIFT_SEED_OFFSET, lags=lags_for(cfg.replay.tau_max),
+                                 micro_batch=cfg.micro_batch_size)
+        drift.check_memory(model.get_output_embeddings().weight.shape[0])
     if cfg.generator == "vllm":
         generator = VLLMGenerator(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
     else:
@@ -194,7 +206,7 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     return Run(
         cfg=cfg, run_dir=run_dir, model=model, tokenizer=tokenizer, ref_model=ref_model, task=task, eval_task=eval_task,
         heldout=heldout, generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
-        prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info,
+        prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info, drift=drift,
         loss_cfg=LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new}),
         eval_kw=dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature,
                      seed=cfg.seed + EVAL_SEED_OFFSET),
@@ -206,7 +218,7 @@ def resume(run: Run) -> None:
     run.state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
     ckpt = checkpoint.latest(run.run_dir)
     if ckpt is not None:
-        run.state = checkpoint.load(ckpt, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng)
+        run.state = checkpoint.load(ckpt, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng, drift=run.drift)
         run.start = run.state.pop("step")
         print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
         run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
@@ -226,6 +238,9 @@ def resume(run: Run) -> None:
 def step(run: Run, t: int) -> StepOutput:
     """One step of Algorithm 1: generate, score, filter, compose, update, insert."""
     cfg, buffer = run.cfg, run.buffer
+    # 0. (diagnostic) drift of pi_t, the policy about to generate and update, from pi_{t-1} and pi_{t-tau_max}.
+    t0 = time.perf_counter()
+    drift = {**run.drift.measure(run.model, t), "time/drift_s": time.perf_counter() - t0} if run.drift is not None else {}
     t0 = time.perf_counter()
     # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
     problems = run.task.sample_problems(run.prompt_rng, cfg.prompts_per_step)
@@ -272,7 +287,7 @@ def step(run: Run, t: int) -> StepOutput:
             # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
             fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
         buffer.add(fresh, t)
-    return StepOutput(rewards, keep, gen.completion_mask, update, stats, reward_counts, t_generate)
+    return StepOutput(rewards, keep, gen.completion_mask, update, stats, reward_counts, t_generate, drift)
 
 
 def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: str | None = None) -> None:
@@ -290,7 +305,8 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
-                        optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng)
+                        optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng,
+                        drift=run.drift)
     if interrupted and not stop:
         run.tracker.close()
         raise TrainingInterrupted(
@@ -323,17 +339,20 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         **out.reward_counts,
         **split_metrics(update, t, stats["token_stats"] if stats else None),
         **run.buffer.stats(t + 1),
+        **out.drift,  # drift/kl_1, drift/kl_tau (and time/drift_s) when cfg.drift_probe > 0
         "time/generate_s": out.t_generate,
         "time/step_s": time.perf_counter() - t0,
     }
 
 
 def save_checkpoint(
-    run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng
+    run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng,
+    drift: DriftProbe | None = None,
 ) -> None:
     """`checkpoint.save`, with an OSError (e.g. disk full) turned into a CheckpointError that says what to do."""
     try:
-        checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep)
+        checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep,
+                        drift=drift)
     except OSError as e:
         prev = checkpoint.latest(run_dir)
         intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"

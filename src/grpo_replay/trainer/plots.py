@@ -59,7 +59,33 @@ def plot_run(run_dir: Path) -> list[Path]:
         ax.legend()
     ax.grid(alpha=0.3)
     out.append(_save(fig, run_dir / "clip_fraction.png"))
+
+    if any("drift/kl_1" in m for m in metrics):  # TrainConfig.drift_probe > 0
+        out.append(_drift(run_dir, metrics))
     return out
+
+
+def _drift(run_dir: Path, metrics: list[dict]) -> Path:
+    """drift.png: the per-step policy drift on the probe beside what replay saw (clip fraction, mean ratio)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for key, label in (("drift/kl_1", "KL(pi_t || pi_t-1)"), ("drift/kl_tau", "KL(pi_t || pi_t-tau_max)")):
+        pts = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+        if pts:
+            axes[0].plot(*zip(*pts), label=label)
+    axes[0].set_ylabel("mean per-token KL on the probe (nats)")
+    for key, label in (("replay/clip_frac", "replay clip fraction"), ("replay/ratio_mean", "|replay ratio mean - 1|")):
+        pts = [(m["step"], abs(m[key] - 1) if "ratio" in key else m[key])
+               for m in metrics if m.get("replay/count") and m.get(key) is not None]
+        if pts:
+            axes[1].plot(*zip(*pts), label=label)
+    axes[1].set_ylabel("replayed tokens")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.suptitle(f"{run_dir.name}: policy drift per step and replay's view of it")
+    return _save(fig, run_dir / "drift.png")
 
 
 def _save(fig, path: Path) -> Path:
