@@ -1,6 +1,6 @@
 """`TrainConfig`: the single source of truth for a training run (built-in trainer and `--backend trl`).
 
-Precedence: field defaults < `--preset` (replay fields) < YAML file (`--config`) < command-line flags.
+Precedence: field defaults < `--preset` (replay fields) and `--testbed` (testbed fields) < YAML file (`--config`) < command-line flags.
 The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --config` accepts it back.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .. import configio
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
-from ..tasks.testbed.config import TestbedConfig
+from ..tasks.testbed.config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
@@ -99,12 +99,23 @@ class TrainConfig:
     """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
+    testbed_preset: str = "default"
+    """Named testbed config applied before any testbed.* override: default (the quick addition testbed) |
+    reasoning (running sums where writing the working raises the pass rate; TestbedConfig.reasoning())."""
     testbed: TestbedConfig = field(default_factory=TestbedConfig)
     """The embedded testbed (task, tiny model, warm start)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             configio.bad(self, "preset", ", ".join(PRESETS))
+        if self.testbed_preset not in TESTBED_PRESETS:
+            configio.bad(self, "testbed_preset", ", ".join(TESTBED_PRESETS))
+        named_task = TestbedConfig.named(self.testbed_preset).task
+        if self.testbed_preset != "default" and self.testbed.task != named_task:
+            raise configio.ConfigError(
+                f"TrainConfig.testbed_preset={self.testbed_preset!r} is the {named_task} task but testbed.task="
+                f"{self.testbed.task!r}; build it with resolve() (--testbed) or testbed=TestbedConfig.{self.testbed_preset}()"
+            )
         for name in ("steps", "prompts_per_step", "eval_problems", "eval_samples", "max_bad_steps"):
             if getattr(self, name) < 1:
                 configio.bad(self, name, "an integer >= 1")
@@ -177,7 +188,7 @@ FIELDS = configio.flat_fields(TrainConfig)
 def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:
     """Build a validated TrainConfig from a YAML file and dotted overrides (CLI wins over YAML).
 
-    The preset fills replay.* first; explicit replay.* keys override it.
+    The preset fills replay.* first and testbed_preset fills testbed.* first; explicit keys override them.
     """
     flat: dict[str, Any] = {}
     if yaml_path:
@@ -191,4 +202,13 @@ def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = 
     base = ReplayConfig.from_preset(preset).to_dict()
     for k, v in base.items():
         checked.setdefault(f"replay.{k}", v)
+    testbed_preset = checked.get("testbed_preset", "default")
+    if testbed_preset not in TESTBED_PRESETS:
+        raise configio.ConfigError(
+            f"TrainConfig.testbed_preset={testbed_preset!r} is invalid; allowed: {', '.join(TESTBED_PRESETS)}"
+        )
+    default_tb = TestbedConfig().to_dict()
+    for k, v in TestbedConfig.named(testbed_preset).to_dict().items():
+        if v != default_tb[k]:
+            checked.setdefault(f"testbed.{k}", v)
     return configio.build(TrainConfig, checked)
