@@ -285,19 +285,19 @@ def rtask() -> TestbedTask:
 def test_reasoning_reward_hand_written(rtask):
     p = make_problem([3, 5, 8, 9], difficulty=4)
     assert p.prompt == "3+5+8+9=" and p.answer == "25"
-    assert rtask.target_completion(p, True) == "[03=08=16=25]25"
+    assert rtask.target_completion(p, True) == "[09=17=22=25]25"
     assert rtask.target_completion(p, False) == "25"
-    good = ["[03=08=16=25]25<eos>", "25<eos>", "[03=08=16=25]25", "[99=98]25<eos>",  # working is not verified
-            "[03=08=16=25]]25<eos>", "[03=08=16=25]25<eos>[9]7"]
-    bad = ["[03=08=16=25]<eos>",  # no answer after the working
-           "[03=08=16=2525<eos>",  # unclosed working
-           "[03=08=16=25]26<eos>", "[03=08=16=25]25=25<eos>", "[03=08=16=25]2 5<eos>", "[03=08=16=25<eos>]25",
-           "25]03[<eos>", "<eos>[03=08=16=25]25", ""]
+    good = ["[09=17=22=25]25<eos>", "25<eos>", "[09=17=22=25]25", "[99=98]25<eos>",  # working is not verified
+            "[09=17=22=25]]25<eos>", "[09=17=22=25]25<eos>[9]7"]
+    bad = ["[09=17=22=25]<eos>",  # no answer after the working
+           "[09=17=22=2525<eos>",  # unclosed working
+           "[09=17=22=25]26<eos>", "[09=17=22=25]25=25<eos>", "[09=17=22=25]2 5<eos>", "[09=17=22=25<eos>]25",
+           "25]03[<eos>", "<eos>[09=17=22=25]25", ""]
     for c in good:
         assert rtask.reward(c, p) == 1.0, c
     for c in bad:
         assert rtask.reward(c, p) == 0.0, c
-    assert rtask.uses_working("[03=08") and not rtask.uses_working("25<eos>")
+    assert rtask.uses_working("[09=17") and not rtask.uses_working("25<eos>")
 
 
 def test_reasoning_problems_and_targets(rtask):
@@ -326,8 +326,8 @@ def test_reasoning_problems_and_targets(rtask):
     # two-digit operands are possible too (digits_max), with wider partial sums
     t2 = TestbedTask(TestbedConfig.reasoning(digits_max=2, operands_max=4, difficulty_weights=(1.0, 1.0)))
     p2 = make_problem([37, 5, 19], difficulty=3, width=2)
-    assert p2.prompt == "37+05+19=" and t2.target_completion(p2, True) == "[037=042=061]61"
-    assert t2.reward("[037=042=061]61<eos>", p2) == 1.0
+    assert p2.prompt == "37+05+19=" and t2.target_completion(p2, True) == "[019=024=061]61"
+    assert t2.reward("[019=024=061]61<eos>", p2) == 1.0
 
 
 def test_reasoning_sft_batch_and_forced_modes(rtask):

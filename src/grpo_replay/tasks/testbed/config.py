@@ -184,7 +184,7 @@ class TestbedConfig:
     @classmethod
     def reasoning(cls, **overrides) -> "TestbedConfig":
         """The reasoning variant: running sums of 3-8 one-digit operands (``"3+5+8+9="``) where writing the
-        running partial sums (``"[03=08=16=25]25"``) raises the chance of a correct answer and completions
+        running partial sums from the right (``"[09=17=22=25]25"``) raises the chance of a correct answer and completions
         are about 10-30 tokens, so response length is the policy's choice and matters (docs/testbed.md)."""
         base = dict(
             task="running_sum", digits_min=1, digits_max=1, operands_min=3, operands_max=8,

@@ -8,8 +8,8 @@ back reversed is then easy.  So the working helps on long operands and makes res
 longer: response length is a meaningful observable, as in math RLVR.
 
 Reasoning variant (``cfg.task == "running_sum"``, ``TestbedConfig.reasoning()``): prompt
-``"3+5+8+9="`` (3-8 operands), working = the running partial sums zero-padded to a fixed width,
-``"[03=08=16=25]25"``: each step adds one operand to the previous sum, which a small model does step by
+``"3+5+8+9="`` (3-8 operands), working = the running partial sums from the right, zero-padded to a
+fixed width, ``"[09=17=22=25]25"``: each step adds one operand to the previous sum, which a small model does step by
 step but hardly in one shot, so the working raises the chance of a correct answer and the completion
 length (10-30 tokens with working, 2-3 without) is the policy's choice.
 
@@ -76,12 +76,16 @@ def sum_width(cfg: TestbedConfig) -> int:
 
 
 def running_sum_completion(problem: TestbedProblem, working: bool, width: int) -> str:
-    """Supervised target of the running_sum task (without EOS): ``"[03=08=16]16"`` or ``"16"``; the
-    partial sums after each operand, zero-padded to ``width`` digits, separated by ``=``."""
+    """Supervised target of the running_sum task (without EOS): for ``"3+5+8="``, ``"[08=13=16]16"`` or
+    ``"16"``; the partial sums adding the operands from the right (the one next to ``=`` first), each
+    zero-padded to ``width`` digits, separated by ``=``.  Right to left, the operand a step needs lies at
+    the same distance back for every number of operands (fixed by the step's index alone), which a
+    small model with relative positions (RoPE) learns far more easily than a lookup that shifts with the
+    prompt's length."""
     if not working:
         return problem.answer
     sums, acc = [], 0
-    for x in problem.operands:
+    for x in reversed(problem.operands):
         acc += x
         sums.append(str(acc).zfill(width))
     return WORK_OPEN + "=".join(sums) + WORK_CLOSE + problem.answer
