@@ -43,6 +43,11 @@ def test_named_testbed_config_resolves():
     with pytest.raises(ConfigError, match="TestbedConfig.reasoning"):
         TrainConfig(testbed_preset="reasoning")  # a named testbed without its task
     assert TrainConfig(testbed_preset="reasoning", testbed=TestbedConfig.reasoning()).testbed.task == "running_sum"
+    # its default run directory is not the default testbed's
+    assert str(resolve({}).run_dir) == "runs/paper-seed0"
+    assert str(cfg.run_dir) == "runs/reasoning-paper-seed0"
+    assert str(resolve({"testbed_preset": "reasoning", "backend": "trl", "seed": 2}).run_dir) == "runs/trl-reasoning-paper-seed2"
+    assert str(resolve({"backend": "trl"}).run_dir) == "runs/trl-paper-seed0"
 
 
 def configio_flat(text: str) -> dict:

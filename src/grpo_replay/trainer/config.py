@@ -69,7 +69,8 @@ class TrainConfig:
     reward_timeout: float = 10.0
     """Seconds a reward call may take before it is scored 0 and counted."""
     out_dir: str = DEFAULT_OUT_DIR
-    """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed}).
+    """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed},
+    with a named testbed runs/[trl-]{testbed_preset}-{preset}-seed{seed}).
     An existing run there is resumed when its config matches (only steps, eval_every and a few others may change)."""
     torch_threads: int = 0
     """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
@@ -161,8 +162,10 @@ class TrainConfig:
     @property
     def run_dir(self) -> Path:
         template = self.out_dir
-        if self.backend == "trl" and template == DEFAULT_OUT_DIR:
-            template = "runs/trl-{preset}-seed{seed}"  # never the built-in run's directory
+        if template == DEFAULT_OUT_DIR:  # never the built-in run's (or the default testbed's) directory
+            prefix = ("trl-" if self.backend == "trl" else "") + (
+                f"{self.testbed_preset}-" if self.testbed_preset != "default" else "")
+            template = f"runs/{prefix}{{preset}}-seed{{seed}}"
         return Path(template.format(preset=self.preset, seed=self.seed))
 
     def completion_budget(self) -> int:
