@@ -188,8 +188,9 @@ class TestbedConfig:
         are about 10-30 tokens, so response length is the policy's choice and matters (docs/testbed.md)."""
         base = dict(
             task="running_sum", digits_min=1, digits_max=1, operands_min=3, operands_max=8,
-            difficulty_weights=(1.0,) * 6, working_prob=(0.5, 0.55, 0.6, 0.65, 0.7, 0.7),
-            max_new_tokens=32, warmstart_max_steps=3000, warmstart_min_steps=100,
+            difficulty_weights=(1.0,) * 6, working_prob=(0.6, 0.65, 0.7, 0.75, 0.8, 0.8),
+            max_new_tokens=32, warmstart_lr=5e-3, warmstart_max_steps=3000, warmstart_min_steps=400,
+            warmstart_eval_every=50, target_pass_low=0.20, target_pass_high=0.40,
         )
         base.update(overrides)
         return cls(**base)
