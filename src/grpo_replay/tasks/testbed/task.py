@@ -47,7 +47,8 @@ class TestbedProblem:
     answer: str
     """The true sum as a decimal string."""
     difficulty: int
-    """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands."""
+    """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands; the
+    number of operands in the running_sum task."""
 
     @property
     def operands(self) -> list[int]:  # from the (unpadded) id
