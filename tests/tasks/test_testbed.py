@@ -252,3 +252,93 @@ def test_warm_start_cut_by_the_wall_clock_cap_is_used_but_not_cached(tmp_path):
     assert TestbedConfig.tiny(warmstart_max_seconds=5.0).cache_key() == TestbedConfig.tiny().cache_key()
     with pytest.raises(ValueError, match="warmstart_max_seconds"):
         TestbedConfig.tiny(warmstart_max_seconds=0)
+
+
+# ---------------------------------------------------------- reasoning variant
+def test_default_cache_keys_unchanged_by_the_reasoning_fields():
+    # The reasoning variant's fields (task, operands_min, operands_max) are hashed only when set: every config
+    # that existed before them keeps its cache key, so cached warm starts stay valid.
+    assert TestbedConfig().cache_key() == "a349de0bf05af1ef"
+    assert TestbedConfig.tiny().cache_key() == "1c92841bc2f51d66"
+    assert TestbedConfig(operands_max=8).cache_key() == TestbedConfig().cache_key()
+    keys = {TestbedConfig.reasoning().cache_key(), TestbedConfig.reasoning(operands_max=7,
+            difficulty_weights=(1.0,) * 5).cache_key(), TestbedConfig().cache_key()}
+    assert len(keys) == 3
+    assert TestbedConfig.named("default") == TestbedConfig()
+    assert TestbedConfig.named("reasoning") == TestbedConfig.reasoning()
+    assert TestbedConfig.named("reasoning", hidden_size=32).hidden_size == 32
+    with pytest.raises(ValueError, match="unknown testbed preset"):
+        TestbedConfig.named("nope")
+    with pytest.raises(ValueError, match="task"):
+        TestbedConfig(task="nope")
+    with pytest.raises(ValueError, match="operands_min..operands_max"):
+        TestbedConfig.reasoning(difficulty_weights=(1.0, 1.0))
+    with pytest.raises(ValueError, match="three_operand_prob"):
+        TestbedConfig.reasoning(three_operand_prob=0.2)
+
+
+@pytest.fixture(scope="module")
+def rtask() -> TestbedTask:
+    return TestbedTask(TestbedConfig.reasoning())
+
+
+def test_reasoning_reward_hand_written(rtask):
+    p = make_problem([3, 5, 8, 9], difficulty=4)
+    assert p.prompt == "3+5+8+9=" and p.answer == "25"
+    assert rtask.target_completion(p, True) == "[09=17=22=25]25"
+    assert rtask.target_completion(p, False) == "25"
+    good = ["[09=17=22=25]25<eos>", "25<eos>", "[09=17=22=25]25", "[99=98]25<eos>",  # working is not verified
+            "[09=17=22=25]]25<eos>", "[09=17=22=25]25<eos>[9]7"]
+    bad = ["[09=17=22=25]<eos>",  # no answer after the working
+           "[09=17=22=2525<eos>",  # unclosed working
+           "[09=17=22=25]26<eos>", "[09=17=22=25]25=25<eos>", "[09=17=22=25]2 5<eos>", "[09=17=22=25<eos>]25",
+           "25]03[<eos>", "<eos>[09=17=22=25]25", ""]
+    for c in good:
+        assert rtask.reward(c, p) == 1.0, c
+    for c in bad:
+        assert rtask.reward(c, p) == 0.0, c
+    assert rtask.uses_working("[09=17") and not rtask.uses_working("25<eos>")
+
+
+def test_reasoning_problems_and_targets(rtask):
+    cfg = rtask.cfg
+    assert rtask.levels == list(range(3, 9))
+    ps = rtask.sample_problems(np.random.default_rng(0), 1200)
+    counts = {d: sum(p.difficulty == d for p in ps) for d in rtask.levels}
+    assert all(abs(c / len(ps) - 1 / 6) < 0.05 for c in counts.values())
+    for p in ps:
+        assert len(p.operands) == p.difficulty and all(0 <= x <= 9 for x in p.operands)
+        assert p.prompt == p.id + "=" and sum(p.operands) == int(p.answer)
+        assert not rtask.is_heldout(p)
+        w, bare = rtask.target_completion(p, True), rtask.target_completion(p, False)
+        assert rtask.reward(w + "<eos>", p) == 1.0 and rtask.reward(bare + "<eos>", p) == 1.0
+        assert 10 <= len(w) + 1 <= rtask.max_completion_chars() <= cfg.max_new_tokens  # tokens incl. EOS
+        assert len(bare) + 1 <= 3
+        sums = w[1:w.index("]")].split("=")
+        assert len(sums) == p.difficulty and all(len(s) == 2 for s in sums) and int(sums[-1]) == int(p.answer)
+    held = rtask.heldout(200, seed=1)
+    assert all(rtask.is_heldout(p) for p in held)
+    assert not {p.id for p in held} & {p.id for p in ps}
+    # the supervised mix writes the working with working_prob of the level
+    rng = np.random.default_rng(2)
+    work = np.mean([rtask.uses_working(rtask.sft_example(p, rng)) for p in ps])
+    assert abs(work - np.mean(cfg.working_prob)) < 0.06
+    # two-digit operands are possible too (digits_max), with wider partial sums
+    t2 = TestbedTask(TestbedConfig.reasoning(digits_max=2, operands_max=4, difficulty_weights=(1.0, 1.0)))
+    p2 = make_problem([37, 5, 19], difficulty=3, width=2)
+    assert p2.prompt == "37+05+19=" and t2.target_completion(p2, True) == "[019=024=061]61"
+    assert t2.reward("[019=024=061]61<eos>", p2) == 1.0
+
+
+def test_reasoning_sft_batch_and_forced_modes(rtask):
+    rng = np.random.default_rng(0)
+    ps = rtask.sample_problems(rng, 8)
+    ids, mask, labels = sft_batch(rtask, ps, rng)
+    assert ids.shape[1] <= TestbedConfig.reasoning().max_position_embeddings
+    from grpo_replay.tasks.testbed import forced_mode_pass_rate
+    cfg = TestbedConfig.reasoning(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    model = build_model(cfg, rtask.tokenizer)
+    for working in (True, False):
+        r = forced_mode_pass_rate(model, rtask, ps, working=working, n_samples=2)
+        assert set(r) <= set(rtask.levels) and all(0.0 <= v <= 1.0 for v in r.values())

@@ -6,11 +6,13 @@ import sys
 
 from .. import configio
 from ..config import PRESETS
+from ..tasks.testbed.config import TESTBED_PRESETS
 from .config import BACKENDS, DEVICES, REWARDS
 
 # Common fields get their own flag; every field (dotted, e.g. replay.tau_max) is reachable with --set.
 SHORT_FLAGS = {
     "preset": dict(choices=PRESETS),
+    "testbed_preset": dict(choices=TESTBED_PRESETS),
     "seed": dict(type=int),
     "steps": dict(type=int),
     "backend": dict(choices=BACKENDS),
@@ -22,13 +24,15 @@ SHORT_FLAGS = {
     "report_to": dict(nargs="+", metavar="TRACKER"),
 }
 
+FLAG_NAMES = {"out_dir": "--out", "testbed_preset": "--testbed"}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from .config import FIELDS
 
     p.add_argument("--config", help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
-        flag = "--out" if name == "out_dir" else f"--{name.replace('_', '-')}"
+        flag = FLAG_NAMES.get(name, f"--{name.replace('_', '-')}")
         aliases = ["--report_to"] if name == "report_to" else []  # TRL's spelling too
         p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], **kw)
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")

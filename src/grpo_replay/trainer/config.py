@@ -1,6 +1,6 @@
 """`TrainConfig`: the single source of truth for a training run (built-in trainer and `--backend trl`).
 
-Precedence: field defaults < `--preset` (replay fields) < YAML file (`--config`) < command-line flags.
+Precedence: field defaults < `--preset` (replay fields) and `--testbed` (testbed fields) < YAML file (`--config`) < command-line flags.
 The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --config` accepts it back.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .. import configio
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
-from ..tasks.testbed.config import TestbedConfig
+from ..tasks.testbed.config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
@@ -73,7 +73,8 @@ class TrainConfig:
     reward_timeout: float = 10.0
     """Seconds a reward call may take before it is scored 0 and counted."""
     out_dir: str = DEFAULT_OUT_DIR
-    """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed}).
+    """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed},
+    with a named testbed runs/[trl-]{testbed_preset}-{preset}-seed{seed}).
     An existing run there is resumed when its config matches (only steps, eval_every and a few others may change)."""
     torch_threads: int = 0
     """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
@@ -103,12 +104,23 @@ class TrainConfig:
     """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
+    testbed_preset: str = "default"
+    """Named testbed config applied before any testbed.* override: default (the quick addition testbed) |
+    reasoning (running sums where writing the working raises the pass rate; TestbedConfig.reasoning())."""
     testbed: TestbedConfig = field(default_factory=TestbedConfig)
     """The embedded testbed (task, tiny model, warm start)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             configio.bad(self, "preset", ", ".join(PRESETS))
+        if self.testbed_preset not in TESTBED_PRESETS:
+            configio.bad(self, "testbed_preset", ", ".join(TESTBED_PRESETS))
+        named_task = TestbedConfig.named(self.testbed_preset).task
+        if self.testbed_preset != "default" and self.testbed.task != named_task:
+            raise configio.ConfigError(
+                f"TrainConfig.testbed_preset={self.testbed_preset!r} is the {named_task} task but testbed.task="
+                f"{self.testbed.task!r}; build it with resolve() (--testbed) or testbed=TestbedConfig.{self.testbed_preset}()"
+            )
         for name in ("steps", "prompts_per_step", "eval_problems", "eval_samples", "max_bad_steps"):
             if getattr(self, name) < 1:
                 configio.bad(self, name, "an integer >= 1")
@@ -158,8 +170,10 @@ class TrainConfig:
     @property
     def run_dir(self) -> Path:
         template = self.out_dir
-        if self.backend == "trl" and template == DEFAULT_OUT_DIR:
-            template = "runs/trl-{preset}-seed{seed}"  # never the built-in run's directory
+        if template == DEFAULT_OUT_DIR:  # never the built-in run's (or the default testbed's) directory
+            prefix = ("trl-" if self.backend == "trl" else "") + (
+                f"{self.testbed_preset}-" if self.testbed_preset != "default" else "")
+            template = f"runs/{prefix}{{preset}}-seed{{seed}}"
         return Path(template.format(preset=self.preset, seed=self.seed))
 
     def completion_budget(self) -> int:
@@ -185,7 +199,7 @@ FIELDS = configio.flat_fields(TrainConfig)
 def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:
     """Build a validated TrainConfig from a YAML file and dotted overrides (CLI wins over YAML).
 
-    The preset fills replay.* first; explicit replay.* keys override it.
+    The preset fills replay.* first and testbed_preset fills testbed.* first; explicit keys override them.
     """
     flat: dict[str, Any] = {}
     if yaml_path:
@@ -199,4 +213,13 @@ def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = 
     base = ReplayConfig.from_preset(preset).to_dict()
     for k, v in base.items():
         checked.setdefault(f"replay.{k}", v)
+    testbed_preset = checked.get("testbed_preset", "default")
+    if testbed_preset not in TESTBED_PRESETS:
+        raise configio.ConfigError(
+            f"TrainConfig.testbed_preset={testbed_preset!r} is invalid; allowed: {', '.join(TESTBED_PRESETS)}"
+        )
+    default_tb = TestbedConfig().to_dict()
+    for k, v in TestbedConfig.named(testbed_preset).to_dict().items():
+        if v != default_tb[k]:
+            checked.setdefault(f"testbed.{k}", v)
     return configio.build(TrainConfig, checked)

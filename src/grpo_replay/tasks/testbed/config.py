@@ -20,6 +20,16 @@ CACHE_FORMAT_VERSION = "testbed-v2"
 #: Fields that do not affect the cached warm-start checkpoint (excluded from the cache hash).
 _NON_HASHED_FIELDS = frozenset({"cache_dir", "progress_every", "warmstart_max_seconds"})
 
+#: Fields added after checkpoints were cached: hashed only when they differ from these values, so every
+#: config that existed before them keeps its cache key (and its cached warm start).
+_HASHED_WHEN_SET = {"task": "addition", "operands_min": 3, "operands_max": 8}
+
+#: Task modes (``TestbedConfig.task``).
+TASKS = ("addition", "running_sum")
+
+#: Named testbed configs (``TestbedConfig.named``; ``TrainConfig.testbed_preset`` / ``--testbed``).
+TESTBED_PRESETS = ("default", "reasoning")
+
 
 @dataclass
 class TestbedConfig:
@@ -32,13 +42,22 @@ class TestbedConfig:
     __test__ = False  # not a pytest test class
 
     # ----------------------------------------------------------------- task
+    task: str = "addition"
+    """Task mode: ``addition`` (two operands, difficulty = digits; the quick default) or ``running_sum``
+    (the reasoning variant: ``operands_min..operands_max`` operands, difficulty = number of operands,
+    the working is the running partial sums; see docs/testbed.md)."""
     digits_min: int = 1
     """Smallest number of digits of an operand."""
     digits_max: int = 4
-    """Largest number of digits of an operand (difficulty levels are ``digits_min..digits_max``)."""
+    """Largest number of digits of an operand (addition: difficulty levels are ``digits_min..digits_max``)."""
+    operands_min: int = 3
+    """running_sum only: fewest operands of an item (the easiest difficulty level)."""
+    operands_max: int = 8
+    """running_sum only: most operands of an item (the hardest difficulty level)."""
     difficulty_weights: tuple[float, ...] = (0.30, 0.30, 0.20, 0.20)
-    """Sampling weight of each two-operand level ``digits_min..digits_max`` (level = number of
-    digits of the longest operand); normalised together with ``three_operand_prob``."""
+    """Sampling weight of each level (addition: ``digits_min..digits_max``, the number of digits of the
+    longest operand, normalised together with ``three_operand_prob``; running_sum:
+    ``operands_min..operands_max``, the number of operands)."""
     three_operand_prob: float = 0.0
     """Probability of a three-operand item (``a+b+c=``, operands up to ``three_operand_digits``
     digits); such items get difficulty ``digits_max + 1``.  0 disables them."""
@@ -108,15 +127,22 @@ class TestbedConfig:
 
     # --------------------------------------------------------------- helpers
     @property
+    def level_min(self) -> int:
+        """The easiest difficulty level."""
+        return self.operands_min if self.task == "running_sum" else self.digits_min
+
+    @property
     def levels(self) -> list[int]:
         """All difficulty levels that can be sampled."""
+        if self.task == "running_sum":
+            return list(range(self.operands_min, self.operands_max + 1))
         lv = list(range(self.digits_min, self.digits_max + 1))
         if self.three_operand_prob > 0:
             lv.append(self.digits_max + 1)
         return lv
 
     def working_prob_for(self, difficulty: int) -> float:
-        i = min(max(difficulty - self.digits_min, 0), len(self.working_prob) - 1)
+        i = min(max(difficulty - self.level_min, 0), len(self.working_prob) - 1)
         return float(self.working_prob[i])
 
     def __post_init__(self) -> None:
@@ -126,7 +152,8 @@ class TestbedConfig:
         return dataclasses.asdict(self)
 
     def cache_key(self) -> str:
-        d = {k: v for k, v in self.to_dict().items() if k not in _NON_HASHED_FIELDS}
+        d = {k: v for k, v in self.to_dict().items()
+             if k not in _NON_HASHED_FIELDS and not (k in _HASHED_WHEN_SET and v == _HASHED_WHEN_SET[k])}
         d["__version__"] = CACHE_FORMAT_VERSION
         blob = json.dumps(d, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -154,11 +181,41 @@ class TestbedConfig:
         base.update(overrides)
         return cls(**base)
 
+    @classmethod
+    def reasoning(cls, **overrides) -> "TestbedConfig":
+        """The reasoning variant: running sums of 3-8 one-digit operands (``"3+5+8+9="``) where writing the
+        running partial sums from the right (``"[09=17=22=25]25"``) raises the chance of a correct answer and completions
+        are about 10-30 tokens, so response length is the policy's choice and matters (docs/testbed.md)."""
+        base = dict(
+            task="running_sum", digits_min=1, digits_max=1, operands_min=3, operands_max=8,
+            difficulty_weights=(1.0,) * 6, working_prob=(0.6, 0.65, 0.7, 0.75, 0.8, 0.8),
+            max_new_tokens=32, warmstart_lr=5e-3, warmstart_max_steps=3000, warmstart_min_steps=400,
+            warmstart_eval_every=50, target_pass_low=0.20, target_pass_high=0.40,
+        )
+        base.update(overrides)
+        return cls(**base)
+
+    @classmethod
+    def named(cls, name: str, **overrides) -> "TestbedConfig":
+        """A named config: ``default`` (``TestbedConfig()``, the quick testbed) or ``reasoning``."""
+        if name not in TESTBED_PRESETS:
+            raise ValueError(f"unknown testbed preset {name!r}; allowed: {', '.join(TESTBED_PRESETS)}")
+        return cls(**overrides) if name == "default" else getattr(cls, name)(**overrides)
+
 
 def _validate(cfg: TestbedConfig) -> None:
+    if cfg.task not in TASKS:
+        raise ValueError(f"TestbedConfig.task={cfg.task!r} is invalid; allowed: {', '.join(TASKS)}")
     if not 1 <= cfg.digits_min <= cfg.digits_max <= 9:
         raise ValueError("need 1 <= digits_min <= digits_max <= 9")
-    if len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
+    if cfg.task == "running_sum":
+        if not 2 <= cfg.operands_min <= cfg.operands_max <= 20:
+            raise ValueError("running_sum needs 2 <= operands_min <= operands_max <= 20")
+        if len(cfg.difficulty_weights) != cfg.operands_max - cfg.operands_min + 1:
+            raise ValueError("difficulty_weights needs one weight per level operands_min..operands_max (running_sum)")
+        if cfg.three_operand_prob > 0:
+            raise ValueError("three_operand_prob is an addition-task option; running_sum sets operands_min/max")
+    elif len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
         raise ValueError("difficulty_weights needs one weight per level digits_min..digits_max")
     if cfg.model_type not in ("llama", "qwen2"):
         raise ValueError("model_type must be 'llama' or 'qwen2'")
@@ -168,4 +225,4 @@ def _validate(cfg: TestbedConfig) -> None:
         raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
 
 
-__all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION"]
+__all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION", "TASKS", "TESTBED_PRESETS"]

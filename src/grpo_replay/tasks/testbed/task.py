@@ -7,6 +7,12 @@ small causal LM learns far more easily than the most-significant-first answer; c
 back reversed is then easy.  So the working helps on long operands and makes responses
 longer: response length is a meaningful observable, as in math RLVR.
 
+Reasoning variant (``cfg.task == "running_sum"``, ``TestbedConfig.reasoning()``): prompt
+``"3+5+8+9="`` (3-8 operands), working = the running partial sums from the right, zero-padded to a
+fixed width, ``"[09=17=22=25]25"``: each step adds one operand to the previous sum, which a small model does step by
+step but hardly in one shot, so the working raises the chance of a correct answer and the completion
+length (10-30 tokens with working, 2-3 without) is the policy's choice.
+
 Reward: 1.0 iff the text after the last ``]`` (or the whole text if there is no scratchpad),
 cut at the first ``<eos>``, is a decimal integer equal to the true sum.  The scratchpad itself
 is not checked (only the final answer is verified).
@@ -41,7 +47,8 @@ class TestbedProblem:
     answer: str
     """The true sum as a decimal string."""
     difficulty: int
-    """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands."""
+    """Level: number of digits of the longest operand; ``digits_max + 1`` for three operands; the
+    number of operands in the running_sum task."""
 
     @property
     def operands(self) -> list[int]:  # from the (unpadded) id
@@ -62,6 +69,27 @@ def target_completion(problem: TestbedProblem, working: bool) -> str:
     if working:
         return WORK_OPEN + problem.answer[::-1] + WORK_CLOSE + problem.answer
     return problem.answer
+
+
+def sum_width(cfg: TestbedConfig) -> int:
+    """Digits of the largest running sum of the running_sum task (the width of each partial sum)."""
+    return len(str(cfg.operands_max * (10**cfg.digits_max - 1)))
+
+
+def running_sum_completion(problem: TestbedProblem, working: bool, width: int) -> str:
+    """Supervised target of the running_sum task (without EOS): for ``"3+5+8="``, ``"[08=13=16]16"`` or
+    ``"16"``; the partial sums adding the operands from the right (the one next to ``=`` first), each
+    zero-padded to ``width`` digits, separated by ``=``.  Right to left, the operand a step needs lies at
+    the same distance back for every number of operands (fixed by the step's index alone), which a
+    small model with relative positions (RoPE) learns far more easily than a lookup that shifts with the
+    prompt's length."""
+    if not working:
+        return problem.answer
+    sums, acc = [], 0
+    for x in reversed(problem.operands):
+        acc += x
+        sums.append(str(acc).zfill(width))
+    return WORK_OPEN + "=".join(sums) + WORK_CLOSE + problem.answer
 
 
 def _clean(text: str) -> str:
@@ -121,6 +149,10 @@ class TestbedTask:
 
     def _draw(self, rng: np.random.Generator, level: int) -> TestbedProblem:
         cfg = self.cfg
+        if cfg.task == "running_sum":  # level = number of operands, each of digits_min..digits_max digits
+            lens = rng.integers(cfg.digits_min, cfg.digits_max + 1, size=level)
+            ops = [_rand_with_digits(rng, int(n)) for n in lens]
+            return make_problem(ops, level, cfg.digits_max if cfg.pad_operands else 0)
         if cfg.three_operand_prob > 0 and level == self.three_operand_level:
             k = cfg.three_operand_digits
             lens = [k] + list(rng.integers(1, k + 1, size=2))
@@ -135,7 +167,7 @@ class TestbedTask:
 
     def is_heldout(self, problem: TestbedProblem) -> bool:
         """Deterministic split by prompt hash; level-1 items (only 100 exist) are never held out."""
-        if problem.difficulty <= 1:
+        if problem.difficulty <= 1 and self.cfg.task == "addition":
             return False
         return _stable_hash(problem.id) % self.cfg.heldout_mod == 0
 
@@ -172,16 +204,24 @@ class TestbedTask:
 
     extract_answer = staticmethod(extract_answer)
     uses_working = staticmethod(uses_working)
-    target_completion = staticmethod(target_completion)
+
+    def target_completion(self, problem: TestbedProblem, working: bool) -> str:
+        """Supervised target text of this task's format (without the trailing EOS token)."""
+        if self.cfg.task == "running_sum":
+            return running_sum_completion(problem, working, sum_width(self.cfg))
+        return target_completion(problem, working)
 
     def sft_example(self, problem: TestbedProblem, rng: np.random.Generator) -> str:
         """Supervised target for the warm start: with the scratchpad with probability
         ``cfg.working_prob`` of the problem's level."""
         working = rng.random() < self.cfg.working_prob_for(problem.difficulty)
-        return target_completion(problem, bool(working))
+        return self.target_completion(problem, bool(working))
 
     def max_completion_chars(self) -> int:
         """Length of the longest valid completion with a scratchpad, plus EOS."""
+        if self.cfg.task == "running_sum":
+            w = sum_width(self.cfg)
+            return 1 + self.cfg.operands_max * (w + 1) + w + 1
         k = self.cfg.three_operand_digits if self.cfg.three_operand_prob > 0 else 0
         top = max(2 * (10**self.cfg.digits_max - 1), 3 * (10**k - 1))
         n = len(str(top))
@@ -195,5 +235,5 @@ def _rand_with_digits(rng: np.random.Generator, n: int) -> int:
 
 __all__ = [
     "TestbedProblem", "TestbedTask", "make_problem", "target_completion",
-    "extract_answer", "uses_working",
+    "extract_answer", "uses_working", "running_sum_completion", "sum_width",
 ]
