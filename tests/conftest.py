@@ -10,6 +10,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # n workers share the cores: each worker, and every command it starts (inherited through the environment),
+    # gets cores // n torch/OpenMP threads. With torch's default of one thread per core, two workers' spinning
+    # OpenMP threads oversubscribed two cores: SmolLM2 generating 48 tokens took 133 s on two threads against
+    # 17 s on one, on the loaded 2-core VM (a throwaway timing script).
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _threads)
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 @pytest.fixture(scope="session")
 def tiny_overrides(tmp_path_factory):
