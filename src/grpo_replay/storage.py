@@ -335,7 +335,8 @@ class _Rows:
 def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
     when it is nonzero; a row's length is its last counted position + 1."""
-    packed = np.packbits(np.asarray(mask) != 0, axis=1)
+    mask = np.asarray(mask)
+    packed = np.packbits(mask if mask.dtype == np.bool_ else mask != 0, axis=1)  # a bool mask packs as it is
     return packed, _packed_lengths(packed, mask.shape[1])
 
 
@@ -353,8 +354,8 @@ def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
     n = len(packed)
     if n == 0 or width == 0:
         return np.zeros(n, np.int64)
-    nz = packed != 0
-    last = packed.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
+    nz = packed[:, ::-1] != 0  # reversed, but a contiguous result: argmax over a reversed view is slow
+    last = packed.shape[1] - 1 - np.argmax(nz, axis=1)
     return np.where(nz.any(1), 8 * last + _LAST_BIT[packed[np.arange(n), last]], 0)
 
 
