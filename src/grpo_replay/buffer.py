@@ -271,17 +271,18 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
     mask packed to bits; prompts are compacted to their real tokens (a prompt mask is normally contiguous;
     interior zeros are squeezed out, as before). The prompt is small next to the completions: it alone is
     copied here."""
-    pm = batch.prompt_mask.cpu().numpy() != 0
+    pm = batch.prompt_mask.cpu().numpy()
+    pm = pm if pm.dtype == np.bool_ else pm != 0
     pid = batch.prompt_ids.cpu().numpy()
     n, P = pm.shape
     plen = np.count_nonzero(pm, axis=1).astype(np.int64)
     Pw = int(plen.max()) if n else 0
-    left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
-    if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
+    # Left-padded iff each row's first real token is at P - plen (its plen real tokens then fill the rest).
+    first = np.where(plen > 0, np.argmax(pm, axis=1), P - plen) if n and P else P - plen
+    if not np.array_equal(first, P - plen):  # rare: move real tokens to the right, in order
         order = np.argsort(pm, axis=1, kind="stable")
-        pid, pm = np.take_along_axis(pid, order, 1), left_padded
-    prompt = pid[:, P - Pw :].astype(np.int32)
-    prompt[~pm[:, P - Pw :]] = 0
+        pid, pm = np.take_along_axis(pid, order, 1), np.arange(P)[None, :] >= (P - plen)[:, None]
+    prompt = np.where(pm[:, P - Pw :], pid[:, P - Pw :], 0).astype(np.int32, copy=False)
     packed, comp_len = pack_mask(batch.completion_mask.cpu().numpy())
     completion = {
         "comp_ids": batch.completion_ids.cpu().numpy(),
