@@ -2,9 +2,10 @@
 
 `draw(n)` returns about n replay rows from the buffer (empty during warm-up); the composition decides how
 many to ask for and how they meet the fresh rows. The composed batch holds the kept fresh rows first (in
-their original order), then the replay rows, as a `ComposedBatch` (composed.py: a `RolloutBatch` that
-keeps the two segments and concatenates their token fields only if they are read); `fresh_index` (long) lists which fresh rows were kept, so an
-integration can map the composed rows back to its own batch. `compose_batch` is the single call site.
+their original order), then the replay rows, as a `ComposedBatch` (composed.py: a `RolloutBatch` that keeps
+the two segments and concatenates their token fields only if they are read); `fresh_index` (long) lists
+which fresh rows were kept, so an integration can map the composed rows back to its own batch.
+`compose_batch` is the single call site.
 """
 from __future__ import annotations
 
