@@ -21,9 +21,10 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from .rollout import _TOKEN_FIELDS, RolloutBatch
+from .rollout import _TOKEN_FIELDS, RolloutBatch, _unchecked
 
-_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(RolloutBatch) if f.name not in _TOKEN_FIELDS)
+_FIELDS = dataclasses.fields(RolloutBatch)
+_ROW_FIELDS = tuple(f.name for f in _FIELDS if f.name not in _TOKEN_FIELDS)
 
 
 class ComposedBatch(RolloutBatch):
@@ -33,13 +34,15 @@ class ComposedBatch(RolloutBatch):
     reference log-probs."""
 
     def __init__(self, parts: Sequence[RolloutBatch]):  # noqa: D107 (not the dataclass __init__: no token fields)
+        parts = [q for p in parts for q in (p.parts if isinstance(p, ComposedBatch) else (p,))]  # flat
         parts = [p for p in parts if len(p) > 0] or list(parts[:1])
         if not parts:
             raise ValueError("ComposedBatch: needs at least one batch")
         if len({p.ref_logps is not None for p in parts}) > 1:
             raise ValueError("ComposedBatch: ref_logps present in some batches but not all")
         # Own shallow copies: reassigning a field of the caller's batch later does not change this one.
-        self.parts = tuple(RolloutBatch(**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)}) for p in parts)
+        # (Copied attribute by attribute, not through the constructor: the batches were checked when made.)
+        self.parts = tuple(_unchecked({f.name: getattr(p, f.name) for f in _FIELDS}) for p in parts)
         self._dense: Optional[RolloutBatch] = None
         for name in _ROW_FIELDS:
             ts = [getattr(p, name) for p in self.parts]
