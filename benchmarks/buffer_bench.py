@@ -8,9 +8,19 @@ Every number is the median of --repeats timings (wall clock, time.perf_counter);
 give process CPU time (all threads), which other load on the machine inflates less.
 
 1. Paper default: 11 steps x 512 fresh rows (64 prompts x 8) of ~1k completion tokens stored (tau_max = 10),
-   then each step: evict, sample 256 replay rows, gather them into a padded batch, concatenate with the fresh
-   rows (the padded concatenation), add the 512 fresh rows. Targets: evict + sample + gather + add < 5 ms,
-   concatenation < 3 ms.
+   then each step: evict, sample 256 replay rows, gather them into a padded batch, compose them with the
+   fresh rows, add the 512 fresh rows. Targets: evict + sample + gather + add < 5 ms, composition < 3 ms.
+   The fresh rows are in the narrow form the built-in trainer's generation produces (int32 ids, bool masks;
+   it casts on the model's device before the copy to the host), and gather hands out the same form.
+   "compose" is what `compose_batch` does after the draw (`fresh_anchored`: a `ComposedBatch` of the fresh
+   and replay segments, no padded concatenation) plus cutting it into the micro-batches the trainer feeds the
+   loss (views of one segment each). The work this moves or leaves elsewhere is timed on its own lines: the
+   padded concatenation, paid once by a consumer that reads a whole-batch token field (`ComposedBatch.dense`),
+   and the floor under it (its bytes copied into preallocated tensors); add and the padded concatenation
+   with int64 fresh rows (as TRL and verl hand them over: add narrows them, with the id range check), and
+   narrowing int64 rows on the CPU. The trainer's update without micro_batch_size now runs two forward
+   passes (the fresh rows, the replay rows), each padded to its own width; that cost is on the model's
+   device and not timed here.
 2. Sizes: N stored rollouts with short completions; "sample 512 of N" (our default: without replacement)
    and a whole step (add 256 + evict + sample + compose).
 3. Peers (--peers-python: an interpreter with torchrl and cpprb, e.g. the one `bench` extra environment
@@ -36,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, group_advantages  # noqa: E402
+from grpo_replay.composition import fresh_anchored  # noqa: E402
 
 PEER_SIZES = (10_000, 100_000, 1_000_000)
 
@@ -49,8 +60,10 @@ def timeit(fn, repeats):
     return statistics.median(ts) * 1e3  # ms
 
 
-def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion):
-    """Random fresh batch: uniform prompt/completion lengths, binary rewards (as tests/helpers.make_batch)."""
+def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion, narrow=True):
+    """Random fresh batch: uniform prompt/completion lengths, binary rewards (as tests/helpers.make_batch).
+    `narrow`: int32 ids and bool masks, as the built-in trainer's generation hands them over (cast on the
+    model's device before the copy to the host); else int64 ids and masks, as TRL and verl do."""
     g = torch.Generator().manual_seed(seed)
     B = n_groups * group_size
     group_ids = torch.arange(B) // group_size
@@ -61,11 +74,14 @@ def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion):
     P, C = int(plen.max()), int(clen.max())
     pmask = (torch.arange(P)[None] >= P - plen[:, None]).long()
     cmask = (torch.arange(C)[None] < clen[:, None]).long()
+    ids, m = (torch.int32, torch.bool) if narrow else (torch.int64, torch.int64)
+    pmask = pmask.to(m)
+    cmask_t = cmask.to(m)
     return RolloutBatch.fresh(
-        prompt_ids=torch.randint(1, 50_000, (B, P), generator=g) * pmask,
+        prompt_ids=(torch.randint(1, 50_000, (B, P), generator=g) * pmask).to(ids),
         prompt_mask=pmask,
-        completion_ids=torch.randint(1, 50_000, (B, C), generator=g) * cmask,
-        completion_mask=cmask,
+        completion_ids=(torch.randint(1, 50_000, (B, C), generator=g) * cmask).to(ids),
+        completion_mask=cmask_t,
         behaviour_logps=-torch.rand(B, C, generator=g) * cmask,
         advantages=adv,
         rewards=rewards,
@@ -96,6 +112,17 @@ def bench_size(n, repeats):
     return {"N": n, "sample512_ms": sample_ms, "step_ms": step_ms, "bytes_per_rollout": buf.storage.nbytes() / len(buf)}
 
 
+def _median_ms(fn, repeats):
+    """(median wall ms, median CPU ms) of fn()."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def bench_paper_default(repeats):
     cfg = ReplayConfig(warmup_steps=0)
     buf = ReplayBuffer(cfg, seed=0)
@@ -103,40 +130,57 @@ def bench_paper_default(repeats):
     for t in range(11):
         buf.add(fresh, t)
     n_replay = round(cfg.replay_ratio * len(fresh))
-    names = ("evict", "sample", "gather", "concat", "add")
+    names = ("evict", "sample", "gather", "compose", "add")
     parts = {k: [] for k in names}
     cpu = {k: [] for k in names}  # process CPU time (all threads): less sensitive to other load than wall time
     for s in range(11, 11 + repeats):
-        steps = (lambda: buf.evict(s), lambda: buf.sampler.sample(buf.storage, n_replay, buf.rng), None, None,
-                 lambda: buf.add(fresh, s))
-        out = None
-        for k, fn in zip(names, steps):
+        out = replay = None
+        for k in names:
             t0, c0 = time.perf_counter(), time.process_time()
-            if k == "gather":
+            if k == "evict":
+                buf.evict(s)
+            elif k == "sample":
+                out = buf.sampler.sample(buf.storage, n_replay, buf.rng)
+            elif k == "gather":
                 replay = buf.gather(out)
-            elif k == "concat":
-                composed = RolloutBatch.concat([fresh, replay])
+            elif k == "compose":  # the composition compose_batch runs, and the micro-batches the trainer cuts
+                composed, _ = fresh_anchored(fresh, lambda n: replay, cfg.replay_ratio, buf.rng)
+                micro = list(composed.micro_batches(None))
             else:
-                out = fn()
+                buf.add(fresh, s)
             parts[k].append((time.perf_counter() - t0) * 1e3)
             cpu[k].append((time.process_time() - c0) * 1e3)
+    assert sum(len(m) for m in micro) == len(fresh) + n_replay
+    stored, nbytes = len(buf), buf.storage.nbytes()
     med = {k: statistics.median(v) for k, v in parts.items()}
-    # The floor under any concat: copying its output's bytes once into tensors allocated beforehand.
-    fields = [t for t in vars(composed).values() if isinstance(t, torch.Tensor)]
+    # The padded concatenation the composition no longer makes: what reading a whole-batch token field of the
+    # composed batch costs (ComposedBatch.dense), and the floor under it: its bytes copied once into
+    # tensors allocated beforehand.
+    dense = RolloutBatch.concat([fresh, replay])
+    concat_ms = _median_ms(lambda: RolloutBatch.concat([fresh, replay]), repeats)
+    fields = [t for t in vars(dense).values() if isinstance(t, torch.Tensor)]
     dst = [torch.empty_like(t) for t in fields]
-    floor = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for d, t in zip(dst, fields):
-            d.copy_(t)
-        floor.append((time.perf_counter() - t0) * 1e3)
+    floor_ms = _median_ms(lambda: [d.copy_(t) for d, t in zip(dst, fields)], repeats)
+    # What TRL and verl hand over: int64 ids and masks. add narrows them (and checks the id range); a
+    # concatenation with them is int64 (the wider dtype). And the cast the built-in trainer's generation
+    # makes on the model's device, here on the CPU.
+    wide = make_batch(64, 8, 0, 1, 256, 2048, narrow=False)
+    steps = iter(range(11 + repeats, 11 + 2 * repeats))
+    wide_add = _median_ms(lambda: (buf.evict(s := next(steps)), buf.add(wide, s)), repeats)  # includes the evict
+    wide_concat = _median_ms(lambda: RolloutBatch.concat([wide, replay]), repeats)
+    narrow_ms = _median_ms(lambda: (wide.prompt_ids.int(), wide.prompt_mask.bool(), wide.completion_ids.int(),
+                                    wide.completion_mask.bool()), repeats)
     book = [sum(parts[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
     book_cpu = [sum(cpu[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
-    return {"stored": len(buf), "fresh": len(fresh), "replay": n_replay, "fresh_tokens": int(fresh.completion_mask.sum()),
+    return {"stored": stored, "fresh": len(fresh), "replay": n_replay, "fresh_tokens": int(fresh.completion_mask.sum()),
             "ms": med, "cpu_ms": {k: statistics.median(v) for k, v in cpu.items()},
             "bookkeeping_ms": statistics.median(book), "bookkeeping_cpu_ms": statistics.median(book_cpu),
-            "bytes_per_rollout": buf.storage.nbytes() / len(buf),
-            "concat_bytes": sum(t.numel() * t.element_size() for t in fields), "copy_floor_ms": statistics.median(floor)}
+            "bytes_per_rollout": nbytes / stored,
+            "concat_bytes": sum(t.numel() * t.element_size() for t in fields), "concat_ms": concat_ms,
+            "copy_floor_ms": floor_ms, "wide_add_ms": wide_add, "wide_concat_ms": wide_concat,
+            "wide_concat_bytes": sum(t.numel() * t.element_size() for t in vars(RolloutBatch.concat([wide, replay])).values()
+                                     if isinstance(t, torch.Tensor)),
+            "narrow_ms": narrow_ms}
 
 
 def bench_peers(repeats, sizes=PEER_SIZES):
@@ -198,17 +242,22 @@ def main():
     print(f"{machine()}; commit {git_commit()}")
     p = bench_paper_default(a.repeats)
     ms = p["ms"]
+    both = lambda t: f"{t[0]:.2f} ms (CPU time {t[1]:.2f} ms)"  # noqa: E731
     print(
         f"\npaper default: {p['stored']:,} stored rollouts (~1k completion tokens, {p['bytes_per_rollout']:.0f} bytes each "
-        f"in the padded arena); a step of {p['fresh']} fresh rows ({p['fresh_tokens']:,} completion tokens) + "
-        f"{p['replay']} replay rows, median of {a.repeats}:\n"
+        f"in the padded arena); a step of {p['fresh']} fresh rows ({p['fresh_tokens']:,} completion tokens; int32 ids, "
+        f"bool masks) + {p['replay']} replay rows, median of {a.repeats}:\n"
         + "".join(f"  {k}: {v:.2f} ms (CPU time {p['cpu_ms'][k]:.2f} ms)\n" for k, v in ms.items())
         + f"  bookkeeping (evict + sample + gather + add): {p['bookkeeping_ms']:.2f} ms, CPU time "
-        f"{p['bookkeeping_cpu_ms']:.2f} ms (target < 5: "
-        f"{'met' if p['bookkeeping_ms'] < 5 else 'missed'}); padded concat: {ms['concat']:.2f} ms (target < 3: "
-        f"{'met' if ms['concat'] < 3 else 'missed'})\n"
-        f"  copy floor: the concat's output ({p['concat_bytes'] / 1e6:.1f} MB) copied once into preallocated tensors: "
-        f"{p['copy_floor_ms']:.2f} ms"
+        f"{p['bookkeeping_cpu_ms']:.2f} ms (target < 5: {'met' if p['bookkeeping_ms'] < 5 else 'missed'}); "
+        f"compose (no padded concatenation: fresh + replay segments): {ms['compose']:.2f} ms (target < 3: "
+        f"{'met' if ms['compose'] < 3 else 'missed'})\n"
+        f"  the padded concatenation, if a whole-batch token field is read (ComposedBatch.dense, once): "
+        f"{both(p['concat_ms'])}; its output ({p['concat_bytes'] / 1e6:.1f} MB) copied once into preallocated "
+        f"tensors: {both(p['copy_floor_ms'])}\n"
+        f"  int64 fresh rows (as TRL and verl hand them over): evict + add {both(p['wide_add_ms'])}; padded concatenation "
+        f"({p['wide_concat_bytes'] / 1e6:.1f} MB) {both(p['wide_concat_ms'])}; narrowing them (int32 ids, bool masks) "
+        f"on the CPU {both(p['narrow_ms'])}"
     )
     print("\n| stored N | sample 512 (ms) | add+evict+sample+compose, 256 fresh (ms) | bytes/rollout |")
     print("|---|---|---|---|")

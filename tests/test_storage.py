@@ -96,6 +96,20 @@ def test_pack_mask_keeps_every_position_and_finds_the_last_counted_one(width):
     assert lengths.tolist() == last
 
 
+@pytest.mark.parametrize("width", [63, 64, 65, 200, 2045])
+@pytest.mark.parametrize("density", [0.002, 0.5])
+def test_pack_mask_lengths_across_words_and_bool_masks(width, density):
+    # The length search goes a word (64 positions) at a time: last set positions in any word, sparse rows, a
+    # bool mask as the trainer's generation hands it over.
+    rng = np.random.default_rng(width)
+    mask = rng.random((40, width)) < density
+    mask[0], mask[1] = False, False
+    mask[1, width - 1] = True
+    packed, lengths = pack_mask(mask)
+    assert np.array_equal(np.unpackbits(packed, axis=1, count=width).astype(bool), mask)
+    assert lengths.tolist() == [int(np.flatnonzero(r)[-1]) + 1 if r.any() else 0 for r in mask]
+
+
 def _columns(n, weight=1.0):
     cols = {k: np.zeros(n) for k in ("birth_step", "advantage", "reward", "group_std", "group_key", "prompt_key")}
     return {**cols, "weight": np.full(n, weight)}

@@ -5,6 +5,7 @@ compositions, group advantages, the replay-aware PPO-clip loss and fresh-vs-repl
 """
 from .advantage import group_advantages, nonzero_variance_mask
 from .buffer import BufferStateError, ReplayBuffer
+from .composed import ComposedBatch
 from .composition import COMPOSITIONS, compose_batch
 from .config import PRESETS, ReplayConfig
 from .loss import AGGREGATIONS, LossConfig, ppo_clip_loss
@@ -17,6 +18,7 @@ __all__ = [
     "AGGREGATIONS",
     "BufferStateError",
     "COMPOSITIONS",
+    "ComposedBatch",
     "LossConfig",
     "PRESETS",
     "PRIORITIES",

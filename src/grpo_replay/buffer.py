@@ -146,7 +146,9 @@ class ReplayBuffer:
 
     def gather(self, slots: np.ndarray) -> RolloutBatch:
         """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
-        the longest among these rows): one row gather per arena, no per-row work."""
+        the longest among these rows): one row gather per arena, no per-row work. Token fields come out in
+        the stored, narrow form (int32 ids, bool masks; see rollout.py): widening them here would double
+        the bytes written, and every consumer accepts them."""
         st = self.storage
         slots = np.asarray(slots, dtype=np.int64)
         n = len(slots)
@@ -156,23 +158,25 @@ class ReplayBuffer:
         Wp = st.prompt_ids.shape[1]
         arena = st.arena
 
-        def rows(a: np.ndarray, cols: slice, dtype) -> torch.Tensor:
-            return torch.from_numpy(a[slots, cols].astype(dtype, copy=False))
+        def rows(a: np.ndarray, lo: int, hi: int) -> torch.Tensor:
+            # One copy of the needed columns of these rows (numpy's row gather beats torch.index_select on a
+            # column slice, which is not contiguous).
+            return torch.from_numpy(a[slots, lo:hi])
 
         col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
         return RolloutBatch(
-            prompt_ids=rows(st.prompt_ids, slice(Wp - P, Wp), np.int64),
-            prompt_mask=torch.from_numpy((np.arange(P)[None, :] >= (P - plen)[:, None]).astype(np.int64)),
-            completion_ids=rows(arena["comp_ids"], slice(0, C), np.int64),
-            completion_mask=torch.from_numpy(st.masks(slots, C).astype(np.int64)),
-            behaviour_logps=rows(arena["logps"], slice(0, C), np.float32),
+            prompt_ids=rows(st.prompt_ids, Wp - P, Wp),
+            prompt_mask=torch.from_numpy(np.arange(P)[None, :] >= (P - plen)[:, None]),
+            completion_ids=rows(arena["comp_ids"], 0, C),
+            completion_mask=torch.from_numpy(st.masks(slots, C).view(np.bool_)),  # unpackbits gives 0/1 bytes
+            behaviour_logps=rows(arena["logps"], 0, C),
             advantages=col("advantage"),
             rewards=col("reward"),
             group_ids=col("group_key"),
             group_std=col("group_std"),
             birth_step=col("birth_step"),
             is_replay=torch.ones(n, dtype=torch.bool),
-            ref_logps=rows(arena["ref"], slice(0, C), np.float32) if st.has_ref and n else None,
+            ref_logps=rows(arena["ref"], 0, C) if st.has_ref and n else None,
         )
 
     # --- diagnostics --------------------------------------------------------------------------------
@@ -267,17 +271,18 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
     mask packed to bits; prompts are compacted to their real tokens (a prompt mask is normally contiguous;
     interior zeros are squeezed out, as before). The prompt is small next to the completions: it alone is
     copied here."""
-    pm = batch.prompt_mask.cpu().numpy() != 0
+    pm = batch.prompt_mask.cpu().numpy()
+    pm = pm if pm.dtype == np.bool_ else pm != 0
     pid = batch.prompt_ids.cpu().numpy()
     n, P = pm.shape
     plen = np.count_nonzero(pm, axis=1).astype(np.int64)
     Pw = int(plen.max()) if n else 0
-    left_padded = np.arange(P)[None, :] >= (P - plen)[:, None]
-    if not np.array_equal(pm, left_padded):  # rare: move real tokens to the right, in order
+    # Left-padded iff each row's first real token is at P - plen (its plen real tokens then fill the rest).
+    first = np.where(plen > 0, np.argmax(pm, axis=1), P - plen) if n and P else P - plen
+    if not np.array_equal(first, P - plen):  # rare: move real tokens to the right, in order
         order = np.argsort(pm, axis=1, kind="stable")
-        pid, pm = np.take_along_axis(pid, order, 1), left_padded
-    prompt = pid[:, P - Pw :].astype(np.int32)
-    prompt[~pm[:, P - Pw :]] = 0
+        pid, pm = np.take_along_axis(pid, order, 1), np.arange(P)[None, :] >= (P - plen)[:, None]
+    prompt = np.where(pm[:, P - Pw :], pid[:, P - Pw :], 0).astype(np.int32, copy=False)
     packed, comp_len = pack_mask(batch.completion_mask.cpu().numpy())
     completion = {
         "comp_ids": batch.completion_ids.cpu().numpy(),

@@ -2,8 +2,10 @@
 
 `draw(n)` returns about n replay rows from the buffer (empty during warm-up); the composition decides how
 many to ask for and how they meet the fresh rows. The composed batch holds the kept fresh rows first (in
-their original order), then the replay rows; `fresh_index` (long) lists which fresh rows were kept, so an
-integration can map the composed rows back to its own batch. `compose_batch` is the single call site.
+their original order), then the replay rows, as a `ComposedBatch` (composed.py: a `RolloutBatch` that keeps
+the two segments and concatenates their token fields only if they are read); `fresh_index` (long) lists
+which fresh rows were kept, so an integration can map the composed rows back to its own batch.
+`compose_batch` is the single call site.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from .composed import ComposedBatch
 from .registry import Registry
 from .rollout import RolloutBatch
 
@@ -24,9 +27,10 @@ COMPOSITIONS: Registry[CompositionFn] = Registry("composition")
 def fresh_anchored(
     fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator
 ) -> tuple[RolloutBatch, torch.Tensor]:
-    """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows, concatenated."""
+    """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows, concatenated (as a
+    `ComposedBatch`: the fresh rows are not copied)."""
     replay = draw(round(replay_ratio * len(fresh)))
-    return RolloutBatch.concat([fresh, replay]), torch.arange(len(fresh))
+    return ComposedBatch([fresh, replay]), torch.arange(len(fresh))
 
 
 @COMPOSITIONS.register("pool")
@@ -43,7 +47,7 @@ def pool(
     k = round(n * replay_ratio / (1.0 + replay_ratio))
     replay = _whole_groups_within(draw(k), k)
     keep = torch.from_numpy(np.sort(rng.permutation(n)[: n - len(replay)]))
-    return RolloutBatch.concat([fresh.select(keep), replay]), keep
+    return ComposedBatch([fresh.select(keep), replay]), keep
 
 
 def _whole_groups_within(replay: RolloutBatch, k: int) -> RolloutBatch:

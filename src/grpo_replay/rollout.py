@@ -3,12 +3,18 @@
 `RolloutBatch` holds B rows; prompts are left-padded to width P, completions right-padded to width C.
 Fresh rows come from generation; replay rows come from `ReplayBuffer.sample`; `RolloutBatch.concat`
 re-pads both to shared widths. Padding positions carry mask 0 and are ignored by the loss.
+
+Token ids may be int32 or int64 and masks bool or any integer dtype. The buffer hands out the narrow form
+(int32 ids, bool masks: what it stores), and the built-in trainer's generation produces it, because every
+step copies these tensors several times (insert, draw, concatenation) and the copies are bounded by memory
+traffic: the narrow form is 9 bytes a completion position instead of 20. Consumers that need int64 (an
+embedding lookup's caller, `torch.gather`) cast at the model, one micro-batch at a time (`token_logps`).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,10 +31,10 @@ class RolloutBatch:
     fresh rows have is_replay False and birth_step = the step that generated them.
     """
 
-    prompt_ids: torch.Tensor  # (B, P) long, left-padded
-    prompt_mask: torch.Tensor  # (B, P) long, 1 = real token
-    completion_ids: torch.Tensor  # (B, C) long, right-padded
-    completion_mask: torch.Tensor  # (B, C) long, 1 = token the loss counts
+    prompt_ids: torch.Tensor  # (B, P) int32 or long, left-padded
+    prompt_mask: torch.Tensor  # (B, P) bool or integer, nonzero = real token
+    completion_ids: torch.Tensor  # (B, C) int32 or long, right-padded
+    completion_mask: torch.Tensor  # (B, C) bool or integer, nonzero = token the loss counts
     behaviour_logps: torch.Tensor  # (B, C) float32, log pi_behaviour(token) at generation time
     advantages: torch.Tensor  # (B,) float32, frozen group-relative advantage A_i
     rewards: torch.Tensor  # (B,) float32
@@ -104,6 +110,22 @@ class RolloutBatch:
         idx = torch.as_tensor(idx, dtype=torch.long)
         return RolloutBatch(**{f.name: _take(getattr(self, f.name), idx) for f in dataclasses.fields(self)})
 
+    def micro_batches(self, size: Optional[int] = None) -> Iterator["RolloutBatch"]:
+        """Consecutive runs of at most `size` rows (all rows when None), in order, as batches of views (no
+        copy): replace a field of one rather than modifying it in place."""
+        n = len(self)
+        size = size or max(n, 1)
+        if size >= n > 0:  # the whole batch: a shallow copy (slicing a dozen tensors costs ~50 us)
+            yield _unchecked({f.name: getattr(self, f.name) for f in dataclasses.fields(RolloutBatch)})
+            return
+        for i in range(0, n, size):
+            yield _unchecked({f.name: (None if (t := getattr(self, f.name)) is None else t[i : i + size])
+                              for f in dataclasses.fields(RolloutBatch)})
+
+    def completion_width(self) -> int:
+        """C, the padded completion width."""
+        return int(self.completion_ids.shape[1])
+
     def to(self, device: torch.device | str) -> "RolloutBatch":
         return RolloutBatch(
             **{f.name: (None if (t := getattr(self, f.name)) is None else t.to(device)) for f in dataclasses.fields(self)}
@@ -144,14 +166,18 @@ def cat_padded(
     `multiple` when given): on the left (`left`, for prompts) or on the right (completions). The one
     padded concatenation of the project: one uninitialised allocation, each part copied once into its
     slice and only the padding written besides (pad-then-cat would copy twice, zero-filling first would
-    write twice); `torch.cat` when no padding is needed."""
+    write twice); `torch.cat` when no padding is needed. Mixed dtypes (int64 fresh ids next to the
+    buffer's int32 ones) give the promoted dtype, as `torch.cat` does."""
     W = max(t.shape[1] for t in tensors)
     if multiple:
         W = -(-W // multiple) * multiple
     first = tensors[0]
-    if all(t.shape[1] == W and t.dtype == first.dtype and t.device == first.device for t in tensors):
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    if all(t.shape[1] == W and t.dtype == dtype and t.device == first.device for t in tensors):
         return torch.cat(list(tensors))
-    res = first.new_empty((sum(t.shape[0] for t in tensors), W))
+    res = first.new_empty((sum(t.shape[0] for t in tensors), W), dtype=dtype)
     row = 0
     for t in tensors:
         n, w = t.shape
@@ -203,10 +229,18 @@ def _in_int32_range(ids: torch.Tensor) -> bool:
     """True if every entry of `ids` (any integer dtype) lies in [0, MAX_TOKEN_ID]."""
     if ids.numel() == 0:
         return True
-    if ids.dtype == torch.int64 and ids.device.type == "cpu":  # one max over the bits: a negative id is huge
-        return int(ids.numpy().view(np.uint64).max()) <= MAX_TOKEN_ID
+    if ids.dtype in (torch.int64, torch.int32) and ids.device.type == "cpu":  # one max: a negative id is huge unsigned
+        return int(ids.numpy().view(np.uint64 if ids.dtype == torch.int64 else np.uint32).max()) <= MAX_TOKEN_ID
     lo, hi = torch.aminmax(ids)
     return int(lo) >= 0 and int(hi) <= MAX_TOKEN_ID
+
+
+def _unchecked(fields: dict[str, Optional[torch.Tensor]]) -> RolloutBatch:
+    """A batch of these fields without `__post_init__`'s checks: for views and shallow copies of a batch that
+    passed them (the checks cost more than the rest of a micro-batch's bookkeeping)."""
+    out = object.__new__(RolloutBatch)
+    out.__dict__.update(fields)
+    return out
 
 
 def _take(t: Optional[torch.Tensor], idx: torch.Tensor) -> Optional[torch.Tensor]:

@@ -335,7 +335,8 @@ class _Rows:
 def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
     when it is nonzero; a row's length is its last counted position + 1."""
-    packed = np.packbits(np.asarray(mask) != 0, axis=1)
+    mask = np.asarray(mask)
+    packed = np.packbits(mask if mask.dtype == np.bool_ else mask != 0, axis=1)  # a bool mask packs as it is
     return packed, _packed_lengths(packed, mask.shape[1])
 
 
@@ -349,13 +350,24 @@ _LAST_BIT = np.array([0] + [8 - ((b & -b).bit_length() - 1) for b in range(1, 25
 
 
 def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
-    """(n,) int64: last set position + 1 of each packed mask row (0 for an all-zero row)."""
-    n = len(packed)
-    if n == 0 or width == 0:
+    """(n,) int64: last set position + 1 of each packed mask row (0 for an all-zero row).
+
+    Searched a word (8 bytes) at a time: the last nonzero word of each row, then its last nonzero byte,
+    then that byte's last set bit; a byte-wise search costs as much as packing the mask."""
+    n, nb = packed.shape
+    if n == 0 or width == 0 or nb == 0:
         return np.zeros(n, np.int64)
-    nz = packed != 0
-    last = packed.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
-    return np.where(nz.any(1), 8 * last + _LAST_BIT[packed[np.arange(n), last]], 0)
+    nw = -(-nb // 8)
+    if nb % 8 or not packed.flags.c_contiguous:
+        padded = np.zeros((n, 8 * nw), np.uint8)
+        padded[:, :nb] = packed
+        packed = padded
+    rows = np.arange(n)
+    nz = packed.view(np.uint64)[:, ::-1] != 0  # (n, nw), reversed: argmax finds the last nonzero word
+    word = nw - 1 - np.argmax(nz, axis=1)
+    last8 = packed.reshape(n, nw, 8)[rows, word]  # (n, 8) bytes of that word, in position order
+    byte = 7 - np.argmax(last8[:, ::-1] != 0, axis=1)
+    return np.where(nz.any(1), 8 * (8 * word + byte) + _LAST_BIT[last8[rows, byte]], 0)
 
 
 def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:

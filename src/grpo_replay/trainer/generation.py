@@ -16,10 +16,12 @@ from ..rollout import mask_lengths
 
 @dataclass
 class Generation:
-    prompt_ids: torch.Tensor  # (B*G, P) long, left-padded, rows i*G..i*G+G-1 belong to prompt i
-    prompt_mask: torch.Tensor  # (B*G, P) long
-    completion_ids: torch.Tensor  # (B*G, C) long, right-padded
-    completion_mask: torch.Tensor  # (B*G, C) long: 1 up to and including the first EOS
+    """On the host in the narrow form the replay buffer stores (rollout.py): int32 ids, bool masks."""
+
+    prompt_ids: torch.Tensor  # (B*G, P) int32, left-padded, rows i*G..i*G+G-1 belong to prompt i
+    prompt_mask: torch.Tensor  # (B*G, P) bool
+    completion_ids: torch.Tensor  # (B*G, C) int32, right-padded
+    completion_mask: torch.Tensor  # (B*G, C) bool: True up to and including the first EOS
     texts: list[str]  # decoded completions, cut at the first EOS
 
 
@@ -76,12 +78,22 @@ def generate(
     comp = out[:, P:]  # (B*G, C)
     mask = completion_mask(comp, tokenizer.eos_token_id)  # (B*G, C)
     comp = comp * mask + tokenizer.pad_token_id * (1 - mask)
+    return _narrow(
+        prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0), comp, mask,
+        decode(tokenizer, comp, mask),
+    )
+
+
+def _narrow(prompt_ids, prompt_mask, completion_ids, completion_mask, texts) -> Generation:
+    """Generation on the host in the narrow form. Cast where the tensors are (on the model's device for HF
+    generate, so the copy to the host moves half the bytes); token ids come from the tokenizer's
+    vocabulary, far below 2**31."""
     return Generation(
-        prompt_ids=prompt_ids.repeat_interleave(group_size, 0).cpu(),
-        prompt_mask=prompt_mask.repeat_interleave(group_size, 0).cpu(),
-        completion_ids=comp.cpu(),
-        completion_mask=mask.cpu(),
-        texts=decode(tokenizer, comp, mask),
+        prompt_ids=prompt_ids.to(torch.int32).cpu(),
+        prompt_mask=prompt_mask.ne(0).cpu(),
+        completion_ids=completion_ids.to(torch.int32).cpu(),
+        completion_mask=completion_mask.ne(0).cpu(),
+        texts=texts,
     )
 
 
@@ -95,10 +107,11 @@ def completion_logits(
 ) -> torch.Tensor:
     """(B, C, V) float32 logits / temperature: position t is the distribution of completion token t given its prefix."""
     device = next(model.parameters()).device
-    ids = torch.cat([prompt_ids, completion_ids], 1).to(device)  # (B, P + C)
+    # Ids and masks may arrive narrow (int32, bool: rollout.py); the model and torch.gather get int64.
+    ids = torch.cat([prompt_ids, completion_ids], 1).to(device).long()  # (B, P + C)
     # Attend to real prompt tokens and every completion position up to the last counted one.
     comp_real = (torch.arange(completion_ids.shape[1]).unsqueeze(0) < mask_lengths(completion_mask.cpu()).unsqueeze(1)).long()
-    attn = torch.cat([prompt_mask, comp_real], 1).to(device)  # (B, P + C)
+    attn = torch.cat([prompt_mask.ne(0).long(), comp_real], 1).to(device)  # (B, P + C)
     pos = (attn.cumsum(1) - 1).clamp(min=0)  # (B, P + C) positions skip the left padding
     P, C = prompt_ids.shape[1], completion_ids.shape[1]
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits  # (B, P+C, V)
@@ -115,7 +128,7 @@ def token_logps(
 ) -> torch.Tensor:
     """(B, C) log pi(completion token | prefix) at `temperature`; padding positions hold 0."""
     logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)  # (B, C, V)
-    tok = completion_ids.to(logits.device).unsqueeze(-1)  # (B, C, 1)
+    tok = completion_ids.to(logits.device).long().unsqueeze(-1)  # (B, C, 1)
     logp = logits.gather(-1, tok).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, C)
     return logp * completion_mask.to(logits.device)
 
@@ -178,12 +191,9 @@ class VLLMGenerator:
         real = (torch.arange(C).unsqueeze(0) < torch.tensor([len(c) for c in comps]).unsqueeze(1)).long()
         mask = completion_mask(comp, eos) * real  # (N, C)
         prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts, "cpu")
-        return Generation(
-            prompt_ids=prompt_ids.repeat_interleave(group_size, 0),
-            prompt_mask=prompt_mask.repeat_interleave(group_size, 0),
-            completion_ids=comp * mask + pad * (1 - mask),
-            completion_mask=mask,
-            texts=decode(self.tokenizer, comp, mask),
+        return _narrow(
+            prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0),
+            comp * mask + pad * (1 - mask), mask, decode(self.tokenizer, comp, mask),
         )
 
     def sync(self) -> None:

@@ -43,6 +43,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
+from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch, cat_padded
@@ -214,7 +215,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if n_replay < 0:
             raise RuntimeError(f"ReplayGRPOTrainer: {len(kept)} fresh rows cannot fit {target} rows per process")
         replay = replay.select(torch.arange(n_replay))
-        composed = RolloutBatch.concat([fresh.select(kept), replay]) if n_replay else fresh.select(kept)
+        composed = ComposedBatch([fresh.select(kept), replay])  # read for its per-row fields only: no concatenation
 
         # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
         # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
