@@ -198,3 +198,18 @@ def test_report_shows_mde_beside_each_claim_ci(quick_out):
     assert d["n"] == QUICK.seeds and _close(d["mde"], stats.mde(d["sd"], d["n"]), 1e-12)
     md = (quick_out / "report" / "report.md").read_text()
     assert f"(n={QUICK.seeds}, MDE " in md and "MDE = the minimum detectable effect" in md
+
+
+def test_testbed_flag_plans_the_reasoning_variant_and_quick_refuses_it(tmp_path, capsys):
+    assert main(["compare", "--testbed", "reasoning", "--out", str(tmp_path / "r"), "--arms", "paper", "--seeds", "1",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("todo") == 2  # grpo (always) + paper, one seed
+    # --quick's tiny addition testbed cannot describe another task: refused before any run, naming the key
+    for argv in (["--testbed", "reasoning"], ["--set", "testbed_preset=reasoning"]):
+        assert main(["compare", "--quick", "--out", str(tmp_path / "q"), "--dry-run", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "testbed_preset='reasoning' is invalid with --quick" in err and "allowed with --quick: default" in err
+    assert main(["compare", "--testbed", "reasoning", "--model", "m.gguf", "--out", str(tmp_path / "m"), "--dry-run"]) == 2
+    assert "cannot go with --model" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists() and not (tmp_path / "m").exists()

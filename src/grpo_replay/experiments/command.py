@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..data import BENCHMARKS
+from ..tasks.testbed.config import TESTBED_PRESETS
 from .arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
 from .benchmarks import BenchSettings, evaluate_all, missing_benchmarks
 
@@ -23,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-dir", default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
     p.add_argument("--jobs", type=int, default=None, help="Parallel training processes (default: os.cpu_count()).")
     p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
+    p.add_argument("--testbed", choices=TESTBED_PRESETS, default=None,
+                   help="Named embedded testbed for every run (TrainConfig.testbed_preset; docs/testbed.md): default | "
+                        "reasoning (running partial sums, 10-40-token completions; full setting only).")
     p.add_argument(
         "--comparisons", default=None,
         help=f"Comma-separated subset of {','.join(PRIORITY_ORDER)} (default: the setting's; alpha is scheduled last).",
@@ -65,8 +69,8 @@ def command_line(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     for flag, name in (("--out", "out"), ("--report-dir", "report_dir"), ("--jobs", "jobs"), ("--seeds", "seeds"),
-                       ("--comparisons", "comparisons"), ("--cache-dir", "cache_dir")):
-        v = getattr(args, name)
+                       ("--testbed", "testbed"), ("--comparisons", "comparisons"), ("--cache-dir", "cache_dir")):
+        v = getattr(args, name, None)
         if v is not None:
             parts += [flag, str(v)]
     for item in args.set:
@@ -98,12 +102,16 @@ def run(args: argparse.Namespace) -> int:
     from .runner import execute, plan
 
     setting = SETTINGS["quick" if args.quick else "full"]
+    testbed = getattr(args, "testbed", None) or "default"
+    if testbed != "default" and getattr(args, "model", None) is not None:
+        print(f"grpo-replay compare: --testbed {testbed} is the embedded testbed; it cannot go with --model", file=sys.stderr)
+        return 2
     try:
         setting, bench = _real_mode(args, setting)
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"grpo-replay compare: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"runs/compare-{setting.name}")
+    out = Path(args.out or (f"runs/compare-{setting.name}" + (f"-{testbed}" if testbed != "default" else "")))
     report_dir = Path(args.report_dir) if args.report_dir else out / "report"
     comparisons = tuple(setting.comparisons)
     if args.comparisons:
@@ -131,6 +139,13 @@ def run(args: argparse.Namespace) -> int:
             extra[k.strip()] = configio.parse_value(v)
         if getattr(args, "report_to", None):
             extra["report_to"] = args.report_to
+        if testbed != "default":
+            extra["testbed_preset"] = testbed
+        if setting.name == "quick" and extra.get("testbed_preset", "default") != "default":
+            # QUICK's tiny addition testbed (testbed.digits_max, .difficulty_weights, ...) cannot describe another task.
+            raise configio.ConfigError(
+                f"testbed_preset={extra['testbed_preset']!r} is invalid with --quick, which runs the tiny addition testbed; "
+                "allowed with --quick: default. Drop --quick (the full setting) and give small budgets with --set steps=...")
         base_overrides = {**setting.overrides, **extra}
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
