@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
     p.add_argument("--testbed", choices=TESTBED_PRESETS, default=None,
                    help="Named embedded testbed for every run (TrainConfig.testbed_preset; docs/testbed.md): default | "
-                        "reasoning (running partial sums, 10-40-token completions; full setting only).")
+                        "reasoning (running partial sums, 10-40-token completions) | small | large (the default task "
+                        "on a 0.11M / 1.71M-parameter model); full setting only.")
     p.add_argument(
         "--comparisons", default=None,
         help=f"Comma-separated subset of {','.join(PRIORITY_ORDER)} (default: the setting's; alpha is scheduled last).",
@@ -39,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
     p.add_argument("--no-progress", action="store_true", help="Print one line per finished run instead of a bar.")
+    p.add_argument("--size-series", action="store_true",
+                   help="The model-size series: the main comparison (grpo and --arms, default paper) on each of the "
+                        "testbeds small, default, large (0.11M / 0.43M / 1.71M parameters), then a report of the gain "
+                        "by size (default --out runs/compare-size-series).")
     p.add_argument("--arms", default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
                    "default: every arm of the comparisons.")
     g = p.add_argument_group(
@@ -68,6 +73,8 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["grpo-replay", "compare"]
     if args.quick:
         parts.append("--quick")
+    if getattr(args, "size_series", False):
+        parts.append("--size-series")
     for flag, name in (("--out", "out"), ("--report-dir", "report_dir"), ("--jobs", "jobs"), ("--seeds", "seeds"),
                        ("--testbed", "testbed"), ("--comparisons", "comparisons"), ("--cache-dir", "cache_dir")):
         v = getattr(args, name, None)
@@ -101,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     from .report import build_report
     from .runner import execute, plan
 
+    if getattr(args, "size_series", False):
+        from . import size_series
+
+        return size_series.run(args, run)
     setting = SETTINGS["quick" if args.quick else "full"]
     testbed = getattr(args, "testbed", None) or "default"
     if testbed != "default" and getattr(args, "model", None) is not None:

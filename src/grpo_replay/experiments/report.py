@@ -54,6 +54,8 @@ def build_report(
         "run_info": run_info or {},
         "provenance": provenance(),
         "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
+        # One warm start per seed, shared by every arm (the size series reads each size's from here).
+        "warm_starts": {str(r.seed): r.warm_start for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)},
         "comparisons": {},
         "claims": [],
         "files": [],

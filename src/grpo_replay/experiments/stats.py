@@ -162,7 +162,7 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     metrics = _jsonl(run_dir / "metrics.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     warm = (summary.get("setup") or {}).get("warm_start") or {}
-    warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key")}
+    warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
     rows = sum(int(m.get("update_rows") or 0) for m in metrics)
     return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm)
 
@@ -280,6 +280,28 @@ def paired_ci(diffs: Sequence[Optional[float]]) -> dict:
     """`ci` of per-seed paired differences, plus "mde": their minimum detectable effect (`mde`; None if n < 2)."""
     c = ci(diffs)
     return {**c, "mde": mde(c["sd"], c["n"])}
+
+
+def slope_ci(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENCE, power: float = POWER) -> dict:
+    """Least-squares slope of ys on xs with its t-interval (df = n - 2) and minimum detectable slope,
+    (t_{1-alpha/2,df} + t_{power,df}) x its standard error: {"mean" (the slope), "lo", "hi", "n", "se", "mde",
+    "intercept"}. lo/hi/se/mde are None with fewer than 3 points or all xs equal (no spread to estimate)."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    n = len(x)
+    none = {"mean": None, "lo": None, "hi": None, "n": n, "se": None, "mde": None, "intercept": None}
+    if n < 2 or len(y) != n or float(np.ptp(x)) == 0.0:
+        return none
+    sxx = float(((x - x.mean()) ** 2).sum())
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    intercept = float(y.mean() - slope * x.mean())
+    out = {**none, "mean": slope, "intercept": intercept}
+    if n < 3:
+        return out
+    resid = y - (intercept + slope * x)
+    se = math.sqrt(float((resid ** 2).sum()) / (n - 2) / sxx)
+    half = t_quantile(n - 2, confidence) * se
+    mde_ = (t_ppf(0.5 + confidence / 2, n - 2) + t_ppf(power, n - 2)) * se
+    return {**out, "lo": slope - half, "hi": slope + half, "se": se, "mde": mde_}
 
 
 def paired_diff(a: list[Run], b: list[Run], f) -> dict:

@@ -106,7 +106,8 @@ class TrainConfig:
     """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
     testbed_preset: str = "default"
     """Named testbed config applied before any testbed.* override: default (the quick addition testbed) |
-    reasoning (running sums where writing the working raises the pass rate; TestbedConfig.reasoning())."""
+    reasoning (running sums where writing the working raises the pass rate; TestbedConfig.reasoning()) |
+    small | large (the default task on a 0.11M / 1.71M-parameter model: the model-size series)."""
     testbed: TestbedConfig = field(default_factory=TestbedConfig)
     """The embedded testbed (task, tiny model, warm start)."""
 

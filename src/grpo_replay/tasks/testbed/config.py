@@ -28,7 +28,11 @@ _HASHED_WHEN_SET = {"task": "addition", "operands_min": 3, "operands_max": 8}
 TASKS = ("addition", "running_sum")
 
 #: Named testbed configs (``TestbedConfig.named``; ``TrainConfig.testbed_preset`` / ``--testbed``).
-TESTBED_PRESETS = ("default", "reasoning")
+TESTBED_PRESETS = ("default", "reasoning", "small", "large")
+
+#: The model-size series (docs/testbed.md, issue 17): the default task and warm-start window at three widths, depth
+#: 2 and an MLP 3x the width throughout, so only the width changes (0.11M / 0.43M / 1.71M parameters).
+SIZE_SERIES = ("small", "default", "large")
 
 
 @dataclass
@@ -196,8 +200,19 @@ class TestbedConfig:
         return cls(**base)
 
     @classmethod
+    def small(cls, **overrides) -> "TestbedConfig":
+        """The size series' smallest model: the default task and window at width 64 (0.11M parameters)."""
+        return cls(**{**dict(hidden_size=64, intermediate_size=192), **overrides})
+
+    @classmethod
+    def large(cls, **overrides) -> "TestbedConfig":
+        """The size series' largest model: the default task and window at width 256 (1.71M parameters)."""
+        return cls(**{**dict(hidden_size=256, intermediate_size=768), **overrides})
+
+    @classmethod
     def named(cls, name: str, **overrides) -> "TestbedConfig":
-        """A named config: ``default`` (``TestbedConfig()``, the quick testbed) or ``reasoning``."""
+        """A named config: ``default`` (``TestbedConfig()``, the quick testbed), ``reasoning``, or the size series'
+        ``small`` / ``large`` (the default's task at another width)."""
         if name not in TESTBED_PRESETS:
             raise ValueError(f"unknown testbed preset {name!r}; allowed: {', '.join(TESTBED_PRESETS)}")
         return cls(**overrides) if name == "default" else getattr(cls, name)(**overrides)
@@ -225,4 +240,4 @@ def _validate(cfg: TestbedConfig) -> None:
         raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
 
 
-__all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION", "TASKS", "TESTBED_PRESETS"]
+__all__ = ["TestbedConfig", "CACHE_FORMAT_VERSION", "TASKS", "TESTBED_PRESETS", "SIZE_SERIES"]
