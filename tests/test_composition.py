@@ -84,6 +84,15 @@ def test_padding_and_metrics():
     assert m["fresh/clip_frac"] == 0.0
 
 
+def test_metrics_of_a_batch_without_replay_rows_have_no_replay_placeholders():
+    fresh = make_batch(2, 4, step=3, seed=2, max_prompt=3, max_completion=4)
+    loss, stats = ppo_clip_loss(fresh.behaviour_logps.clone(), fresh)
+    m = split_metrics(fresh, 3, stats)
+    assert m["replay/count"] == 0 and m["replay/share"] == 0.0 and m["fresh/count"] == 8
+    assert m["fresh/ratio_mean"] == pytest.approx(1.0) and "fresh/clip_frac" in m
+    assert not [k for k in m if k.startswith("replay/") and k not in ("replay/count", "replay/share")]
+
+
 def test_concat_rejects_mixed_ref():
     a = make_batch(1, 2, with_ref=True)
     b = make_batch(1, 2, with_ref=False)

@@ -401,13 +401,13 @@ class ReplayHook:
             "replay/zero_variance_rows": float((~nonzero).sum()),
             "replay/replay_rows": float(n_replay),
             "replay/share": n_replay / total if total else 0.0,
-            "replay/age_mean": float(ages.mean()) if n_replay else 0.0,
-            "replay/age_max": float(ages.max()) if n_replay else 0.0,
             "replay/dropped_too_wide": float(n_dropped_wide),
             "replay/mini_batch_rows": float(mbr),
             "replay/replay_tokens": float(n_replay_tokens),
-            "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean()) if n_replay else 0.0,
         }
+        if n_replay:  # no replayed rows: no age or |A| to report (a 0 would be averaged in as if it were one)
+            metrics.update({"replay/age_mean": float(ages.mean()), "replay/age_max": float(ages.max()),
+                            "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean())})
         metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
         return ReplayPlan(
             step=step,
