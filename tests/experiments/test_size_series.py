@@ -42,7 +42,8 @@ def test_the_three_sizes_differ_only_in_width_and_roughly_quadruple():
     base = cfgs["default"].to_dict()
     for s, c in cfgs.items():
         diff = {k for k, v in c.to_dict().items() if v != base[k]}
-        assert diff <= {"hidden_size", "intermediate_size"}, (s, diff)
+        assert diff <= {"hidden_size", "intermediate_size", "warmstart_lr"}, (s, diff)
+        assert c.warmstart_lr * c.hidden_size == pytest.approx(3e-3 * 128)
         assert c.intermediate_size == 3 * c.hidden_size
     p = [size_series.n_params(s) for s in SIZE_SERIES]
     assert p[0] < p[1] < p[2]
