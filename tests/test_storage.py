@@ -183,3 +183,23 @@ def test_dense_and_packed_masks_gather_and_round_trip_alike(tmp_path):
             assert out.prompt_mask[j].tolist() == [False] * (out.prompt_mask.shape[1] - p) + [True] * p
     assert all(torch.equal(getattr(buf.gather(slots), k), getattr(loaded.gather(slots), k))
                for k in ("completion_mask", "completion_ids", "behaviour_logps", "prompt_ids", "prompt_mask"))
+
+
+def test_tree_read_after_any_adds_and_removes_equals_a_rebuild():
+    """add and remove only mark slots; the tree, when read, equals one rebuilt from the weights (exactly)."""
+    rng = np.random.default_rng(0)
+    st = RolloutStorage(initial_slots=4)  # grows (a rebuild) along the way
+    for _ in range(60):
+        occupied = st.valid_slots()
+        if len(occupied) and rng.random() < 0.4:
+            st.remove(rng.choice(occupied, int(rng.integers(1, len(occupied) + 1)), replace=False))
+        else:
+            n = int(rng.integers(1, 6))
+            packed, clen = pack_mask(np.ones((n, 3)))
+            completion = {"comp_ids": np.ones((n, 3)), "mask": packed, "logps": np.zeros((n, 3)), "ref": None}
+            cols = {**_columns(n), "weight": rng.random(n), "prompt_len": np.ones(n), "comp_len": clen}
+            st.add(cols, np.ones((n, 1), np.int32), completion)
+        if rng.random() < 0.5:
+            ref = SumTree(st.slots)
+            ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
+            assert np.array_equal(st.tree.t, ref.t)

@@ -14,8 +14,10 @@ and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed 
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
-A sum tree over the slots' sampling weights (0 for free slots) is kept up to date on every add and
-remove, so that the sampler can draw in O(k log N) instead of touching every stored weight.
+A sum tree over the slots' sampling weights (0 for free slots) lets the sampler draw in O(k log N) instead
+of touching every stored weight. It is brought up to date when read (`tree`): add and remove only mark
+their slots, so a slot freed and refilled between two reads is updated once, and nothing is updated while
+the sampler does not use the tree (below its size threshold).
 """
 from __future__ import annotations
 
@@ -111,8 +113,8 @@ class RolloutStorage:
     unoccupied slots (reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
     right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
     left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
-    first comp_len positions); the tree's leaf s is `weight[s]` for an occupied slot and 0
-    otherwise; `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
+    first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
+    and 0 otherwise (leaves of slots marked in `_stale`, and their ancestors, may lag until then); `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
     all stored rows agree on it.
     """
 
@@ -127,7 +129,9 @@ class RolloutStorage:
         self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
         self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
-        self.tree = SumTree(initial_slots)
+        self._tree = SumTree(initial_slots)
+        self._stale = np.zeros(initial_slots, dtype=bool)  # slots whose leaf (and ancestors) await `tree`
+        self._any_stale = False
 
     def __len__(self) -> int:
         return self._count
@@ -137,6 +141,26 @@ class RolloutStorage:
 
     def valid_slots(self) -> np.ndarray:
         return np.flatnonzero(self.valid)
+
+    @property
+    def tree(self) -> SumTree:
+        """The sum tree, its stale leaves (slots added or removed since the last read) updated first."""
+        if self._any_stale:
+            idx = np.flatnonzero(self._stale)
+            self._stale[idx] = False
+            self._any_stale = False
+            self._tree.set(idx, np.where(self.valid[idx], self._cols["weight"][idx], 0.0))
+        return self._tree
+
+    def _mark_stale(self, slots: np.ndarray) -> None:
+        self._stale[slots] = True
+        self._any_stale = True
+
+    def _rebuild_tree(self) -> None:
+        self._tree = SumTree(self.slots)
+        self._tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._stale = np.zeros(self.slots, dtype=bool)
+        self._any_stale = False
 
     @property
     def slots(self) -> int:
@@ -152,8 +176,7 @@ class RolloutStorage:
         self.prompt_ids = _resize_rows(self.prompt_ids, new)
         self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
         self._free.extend(range(new - 1, old - 1, -1))
-        self.tree = SumTree(new)
-        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._rebuild_tree()
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
         """Grow the arenas to at least these widths (prompts stay right-aligned, completions left-aligned)."""
@@ -214,7 +237,7 @@ class RolloutStorage:
         self.valid[slots] = True
         self.dense[slots] = dense
         self._count += n
-        self.tree.set(slots, scalars["weight"])
+        self._mark_stale(slots)
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -230,7 +253,7 @@ class RolloutStorage:
         self._count -= len(slots)
         if self._count == 0:
             self.has_ref = None
-        self.tree.set(slots, np.zeros(len(slots)))
+        self._mark_stale(slots)
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
@@ -259,7 +282,7 @@ class RolloutStorage:
     def nbytes(self) -> int:
         """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
         rows carry reference log-probs) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self.tree.t, *self.arena.values()]
+        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, self._stale, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -331,8 +354,7 @@ class RolloutStorage:
             else:
                 self.arena[k] = np.zeros((n_slots, C), dt)
                 self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
-        self.tree = SumTree(n_slots)
-        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._rebuild_tree()
 
 
 class _Rows:
