@@ -230,14 +230,15 @@ class RolloutStorage:
         for k in ("comp_ids", "logps", "ref"):
             if completion.get(k) is not None:
                 rows.put(self.arena[k], completion[k])
+        at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
         for k, arr in scalars.items():
-            self._cols[k][slots] = arr
-        self._cols["seq"][slots] = np.arange(self._seq, self._seq + n)
+            self._cols[k][at] = arr
+        self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
         self._seq += n
-        self.valid[slots] = True
-        self.dense[slots] = dense
+        self.valid[at] = True
+        self.dense[at] = dense
         self._count += n
-        self._mark_stale(slots)
+        self._mark_stale(at)
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
