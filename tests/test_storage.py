@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig
-from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, pack_mask
+from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, pack_mask, prefix_lengths, prefix_rows
 from helpers import make_batch
 
 
@@ -136,3 +136,70 @@ def test_storage_add_remove_and_tokens_directly():
     again = st.add({**_columns(1), "prompt_len": np.array([1]), "comp_len": clen[:1]}, prompt[:1], one)
     assert again.tolist() == [slots[1]]  # the freed slot is reused
 
+
+
+@pytest.mark.parametrize("width", [0, 1, 7, 64, 300])
+def test_prefix_lengths_only_for_prefix_masks_and_prefix_rows_rebuild_them(width):
+    rng = np.random.default_rng(width)
+    lengths = rng.integers(0, width + 1, 30)
+    lengths[:2] = 0, width  # an empty row and a full one
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    assert prefix_lengths(mask).tolist() == lengths.tolist()
+    assert np.array_equal(prefix_rows(lengths, width), mask)
+    assert np.array_equal(prefix_rows(lengths, width, right=True), mask[:, ::-1])
+    assert np.array_equal(prefix_rows(lengths + width, width), lengths[:, None] + width > np.arange(width))  # clipped
+    for r, c in ((0, width - 1), (2, width - 1)):  # a True past a row's prefix: not a prefix mask
+        if width > 1 and not mask[r, c]:
+            holey = mask.copy()
+            holey[r, c] = True
+            assert prefix_lengths(holey) is None
+
+
+def test_dense_and_packed_masks_gather_and_round_trip_alike(tmp_path):
+    """Prefix masks are not packed (rebuilt from comp_len), others are; a draw mixing both, and the same
+    draw after save/load, give every row its own mask, and prompt padding is stored as 0."""
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, capacity=None), seed=0)
+    dense = make_batch(2, 3, seed=1, max_completion=20)
+    holey = make_batch(1, 4, seed=2, max_completion=9)
+    holey.completion_mask[1, 0] = 0  # an interior zero: this batch is packed
+    holey.prompt_ids = holey.prompt_ids.masked_fill(holey.prompt_mask == 0, 77)
+    buf.add(dense, 0)
+    buf.add(holey, 1)
+    assert buf.storage.dense[:6].all() and not buf.storage.dense[6:10].any()
+    slots = np.array([7, 0, 9, 3, 6, 5])
+    loaded = None
+    for x in (buf, None):
+        if x is None:
+            buf.save(tmp_path / "b")
+            x = loaded = ReplayBuffer.load(tmp_path / "b")
+        out = x.gather(slots)
+        for j, s in enumerate(slots.tolist()):
+            src, i = (dense, s) if s < 6 else (holey, s - 6)
+            c = int(torch.nonzero(src.completion_mask[i]).max()) + 1
+            assert out.completion_mask[j, :c].tolist() == src.completion_mask[i, :c].bool().tolist()
+            assert not out.completion_mask[j, c:].any() and out.completion_mask.dtype == torch.bool
+            p = int(src.prompt_mask[i].sum())
+            assert out.prompt_ids[j, -p:].tolist() == src.prompt_ids[i, -p:].tolist() and not out.prompt_ids[j, :-p].any()
+            assert out.prompt_mask[j].tolist() == [False] * (out.prompt_mask.shape[1] - p) + [True] * p
+    assert all(torch.equal(getattr(buf.gather(slots), k), getattr(loaded.gather(slots), k))
+               for k in ("completion_mask", "completion_ids", "behaviour_logps", "prompt_ids", "prompt_mask"))
+
+
+def test_tree_read_after_any_adds_and_removes_equals_a_rebuild():
+    """add and remove only mark slots; the tree, when read, equals one rebuilt from the weights (exactly)."""
+    rng = np.random.default_rng(0)
+    st = RolloutStorage(initial_slots=4)  # grows (a rebuild) along the way
+    for _ in range(60):
+        occupied = st.valid_slots()
+        if len(occupied) and rng.random() < 0.4:
+            st.remove(rng.choice(occupied, int(rng.integers(1, len(occupied) + 1)), replace=False))
+        else:
+            n = int(rng.integers(1, 6))
+            packed, clen = pack_mask(np.ones((n, 3)))
+            completion = {"comp_ids": np.ones((n, 3)), "mask": packed, "logps": np.zeros((n, 3)), "ref": None}
+            cols = {**_columns(n), "weight": rng.random(n), "prompt_len": np.ones(n), "comp_len": clen}
+            st.add(cols, np.ones((n, 1), np.int32), completion)
+        if rng.random() < 0.5:
+            ref = SumTree(st.slots)
+            ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
+            assert np.array_equal(st.tree.t, ref.t)

@@ -19,9 +19,9 @@ from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch, check_token_ids
+from .rollout import RolloutBatch, _unchecked, check_token_ids
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
-from .storage import RolloutStorage, pack_mask
+from .storage import RolloutStorage, pack_mask, prefix_lengths, prefix_rows
 
 __all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
@@ -91,8 +91,8 @@ class ReplayBuffer:
         std = batch.group_std.detach().cpu().numpy().astype(np.float32)
         if not np.isfinite(std).all():
             raise ValueError("ReplayBuffer.add: group_std must be finite")
-        _, inv = np.unique(batch.group_ids.cpu().numpy(), return_inverse=True)
-        group_key = self._next_group + inv.astype(np.int64)
+        inv = _group_index(batch.group_ids.cpu().numpy())
+        group_key = self._next_group + inv
         pk = np.full(n, -1, np.int64) if prompt_keys is None else np.asarray(prompt_keys, dtype=np.int64)
         rows = _arena_rows(batch)
         columns = {
@@ -113,7 +113,7 @@ class ReplayBuffer:
             )
         self._next_group += int(inv.max()) + 1
         scalars = {**columns, "weight": weight}
-        self.storage.add(scalars, rows.prompt_ids, rows.completion)
+        self.storage.add(scalars, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._see(step)
         self.total_added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
@@ -164,11 +164,12 @@ class ReplayBuffer:
             return torch.from_numpy(a[slots, lo:hi])
 
         col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
-        return RolloutBatch(
+        # Built field by field with the shapes right by construction: RolloutBatch's checks are skipped.
+        return _unchecked(dict(
             prompt_ids=rows(st.prompt_ids, Wp - P, Wp),
-            prompt_mask=torch.from_numpy(np.arange(P)[None, :] >= (P - plen)[:, None]),
+            prompt_mask=torch.from_numpy(prefix_rows(plen, P, right=True)),
             completion_ids=rows(arena["comp_ids"], 0, C),
-            completion_mask=torch.from_numpy(st.masks(slots, C).view(np.bool_)),  # unpackbits gives 0/1 bytes
+            completion_mask=torch.from_numpy(st.masks(slots, C)),
             behaviour_logps=rows(arena["logps"], 0, C),
             advantages=col("advantage"),
             rewards=col("reward"),
@@ -177,7 +178,7 @@ class ReplayBuffer:
             birth_step=col("birth_step"),
             is_replay=torch.ones(n, dtype=torch.bool),
             ref_logps=rows(arena["ref"], 0, C) if st.has_ref and n else None,
-        )
+        ))
 
     # --- diagnostics --------------------------------------------------------------------------------
     def stats(self, step: int) -> dict[str, Any]:
@@ -260,34 +261,52 @@ class ReplayBuffer:
 class _ArenaRows(NamedTuple):
     """A fresh batch as arena input (see `_arena_rows`)."""
 
-    prompt_ids: np.ndarray  # (n, P') int32, left-padded with zeros, P' the longest prompt
+    prompt_ids: np.ndarray  # (n, P') any integer dtype, real tokens right-aligned, P' the longest prompt
+    prompt_mask: np.ndarray  # (n, P') bool: the real tokens (RolloutStorage.add zeroes the rest)
     prompt_len: np.ndarray  # (n,) int64
     comp_len: np.ndarray  # (n,) int64, last counted completion position + 1
-    completion: dict[str, Optional[np.ndarray]]  # comp_ids, mask (packed), logps, ref: for RolloutStorage.add
+    completion: dict[str, Optional[np.ndarray]]  # comp_ids, mask (packed or None), logps, ref: for RolloutStorage.add
 
 
 def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
-    """A fresh batch as arena input. Completion arrays are numpy views of the batch (no copy) and the
-    mask packed to bits; prompts are compacted to their real tokens (a prompt mask is normally contiguous;
-    interior zeros are squeezed out, as before). The prompt is small next to the completions: it alone is
-    copied here."""
+    """A fresh batch as arena input, numpy views of the batch (no copy) where it can. The completion mask
+    is packed to bits unless every row's mask is a prefix (then None: the storage rebuilds it from
+    comp_len); prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
+    zeros are squeezed out, as before)."""
     pm = batch.prompt_mask.cpu().numpy()
     pm = pm if pm.dtype == np.bool_ else pm != 0
     pid = batch.prompt_ids.cpu().numpy()
     n, P = pm.shape
-    plen = np.count_nonzero(pm, axis=1).astype(np.int64)
-    Pw = int(plen.max()) if n else 0
-    # Left-padded iff each row's first real token is at P - plen (its plen real tokens then fill the rest).
-    first = np.where(plen > 0, np.argmax(pm, axis=1), P - plen) if n and P else P - plen
-    if not np.array_equal(first, P - plen):  # rare: move real tokens to the right, in order
+    # Left-padded with one contiguous run of real tokens in every row iff the count of real tokens equals
+    # the sum over rows of P - (first real position): one early-stopping search and one flat count.
+    first = np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
+    plen = np.where(pm[np.arange(n), first], P - first, 0) if P else first
+    if np.count_nonzero(pm) != int(plen.sum()):  # rare: move real tokens to the right, in order
+        plen = np.count_nonzero(pm, axis=1).astype(np.int64)
         order = np.argsort(pm, axis=1, kind="stable")
         pid, pm = np.take_along_axis(pid, order, 1), np.arange(P)[None, :] >= (P - plen)[:, None]
-    prompt = np.where(pm[:, P - Pw :], pid[:, P - Pw :], 0).astype(np.int32, copy=False)
-    packed, comp_len = pack_mask(batch.completion_mask.cpu().numpy())
+    Pw = int(plen.max()) if n else 0
+    cm = batch.completion_mask.cpu().numpy()
+    cm = cm if cm.dtype == np.bool_ else cm != 0
+    packed, comp_len = None, prefix_lengths(cm)
+    if comp_len is None:
+        packed, comp_len = pack_mask(cm)
     completion = {
         "comp_ids": batch.completion_ids.cpu().numpy(),
         "mask": packed,
         "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
         "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
     }
-    return _ArenaRows(prompt, plen, comp_len, completion)
+    return _ArenaRows(pid[:, P - Pw :], pm[:, P - Pw :], plen.astype(np.int64, copy=False), comp_len, completion)
+
+
+def _group_index(group_ids: np.ndarray) -> np.ndarray:
+    """(n,) int64: each row's rank among the distinct group ids (np.unique's inverse), without a sort when
+    the ids are already in order (rows of a group adjacent, as generation hands them over)."""
+    g = np.asarray(group_ids).ravel()
+    if len(g) and bool((g[1:] >= g[:-1]).all()):
+        inv = np.empty(len(g), np.int64)
+        inv[0] = 0
+        np.cumsum(g[1:] != g[:-1], out=inv[1:])
+        return inv
+    return np.unique(g, return_inverse=True)[1].astype(np.int64).ravel()

@@ -3,7 +3,9 @@
 Scalar fields live in columns indexed by slot. Token data lives in one preallocated arena per field, one
 row per slot: int32 prompt ids right-aligned (left-padded with zeros); int32 completion ids, float32
 behaviour log-probs and (when the rows carry them) float32 reference log-probs left-aligned; the
-completion mask packed 8 positions to a byte (`np.packbits`, first position in the high bit). An insert
+completion mask packed 8 positions to a byte (`np.packbits`, first position in the high bit), except for
+rows whose mask is exactly their first comp_len positions (`dense`, the usual case): their mask is rebuilt
+from comp_len and their mask arena row not written. An insert
 is one copy of the batch per field, narrowed to that batch's own width, and a draw one row gather per
 field (no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width,
 the longest row stored so far. Completion positions past a row's length (its last counted token) keep
@@ -12,8 +14,10 @@ and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed 
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
-A sum tree over the slots' sampling weights (0 for free slots) is kept up to date on every add and
-remove, so that the sampler can draw in O(k log N) instead of touching every stored weight.
+A sum tree over the slots' sampling weights (0 for free slots) lets the sampler draw in O(k log N) instead
+of touching every stored weight. It is brought up to date when read (`tree`): add and remove only mark
+their slots, so a slot freed and refilled between two reads is updated once, and nothing is updated while
+the sampler does not use the tree (below its size threshold).
 """
 from __future__ import annotations
 
@@ -108,14 +112,16 @@ class RolloutStorage:
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
     unoccupied slots (reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
     right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
-    left-aligned in the completion arenas; the tree's leaf s is `weight[s]` for an occupied slot and 0
-    otherwise; `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
+    left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
+    first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
+    and 0 otherwise (leaves of slots marked in `_stale`, and their ancestors, may lag until then); `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
     all stored rows agree on it.
     """
 
     def __init__(self, initial_slots: int = 1024):
         self._cols = {k: np.zeros(initial_slots, dtype=dt) for k, dt in COLUMNS.items()}
         self.valid = np.zeros(initial_slots, dtype=bool)
+        self.dense = np.zeros(initial_slots, dtype=bool)
         self._free: list[int] = list(range(initial_slots - 1, -1, -1))  # pop() yields slot 0 first
         self._count = 0
         self._seq = 0
@@ -123,7 +129,9 @@ class RolloutStorage:
         self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
         self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
-        self.tree = SumTree(initial_slots)
+        self._tree = SumTree(initial_slots)
+        self._stale = np.zeros(initial_slots, dtype=bool)  # slots whose leaf (and ancestors) await `tree`
+        self._any_stale = False
 
     def __len__(self) -> int:
         return self._count
@@ -135,6 +143,26 @@ class RolloutStorage:
         return np.flatnonzero(self.valid)
 
     @property
+    def tree(self) -> SumTree:
+        """The sum tree, its stale leaves (slots added or removed since the last read) updated first."""
+        if self._any_stale:
+            idx = np.flatnonzero(self._stale)
+            self._stale[idx] = False
+            self._any_stale = False
+            self._tree.set(idx, np.where(self.valid[idx], self._cols["weight"][idx], 0.0))
+        return self._tree
+
+    def _mark_stale(self, slots: np.ndarray) -> None:
+        self._stale[slots] = True
+        self._any_stale = True
+
+    def _rebuild_tree(self) -> None:
+        self._tree = SumTree(self.slots)
+        self._tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._stale = np.zeros(self.slots, dtype=bool)
+        self._any_stale = False
+
+    @property
     def slots(self) -> int:
         return len(self.valid)
 
@@ -144,11 +172,11 @@ class RolloutStorage:
         for k in self._cols:
             self._cols[k] = _resize_rows(self._cols[k], new)
         self.valid = _resize_rows(self.valid, new)
+        self.dense = _resize_rows(self.dense, new)
         self.prompt_ids = _resize_rows(self.prompt_ids, new)
         self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
         self._free.extend(range(new - 1, old - 1, -1))
-        self.tree = SumTree(new)
-        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._rebuild_tree()
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
         """Grow the arenas to at least these widths (prompts stay right-aligned, completions left-aligned)."""
@@ -165,13 +193,21 @@ class RolloutStorage:
                 new[:, : a.shape[1]] = a
                 self.arena[k] = new
 
-    def add(self, scalars: dict[str, np.ndarray], prompt_ids: np.ndarray, completion: dict[str, Optional[np.ndarray]]) -> np.ndarray:
+    def add(
+        self,
+        scalars: dict[str, np.ndarray],
+        prompt_ids: np.ndarray,
+        completion: dict[str, Optional[np.ndarray]],
+        prompt_mask: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
         """Store n rows; returns their slots.
 
-        `scalars` maps every column except seq to an array of length n; `prompt_ids` (n, P) int32 is
-        left-padded with zeros; `completion` maps comp_ids, logps and ref (None when the rows carry no
-        reference log-probs) to right-padded (n, C) arrays of any dtype, cast on the copy, and mask to the
-        packed mask and lengths of `pack_mask` (comp_len in `scalars` comes from there)."""
+        `scalars` maps every column except seq to an array of length n; `prompt_ids` (n, P) of any integer
+        dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
+        given: positions where it is False are then stored as 0. `completion` maps comp_ids, logps and ref
+        (None when the rows carry no reference log-probs) to right-padded (n, C) arrays of any dtype, cast on
+        the copy, and mask to the packed mask of `pack_mask`, or to None when every row's mask is its first
+        comp_len positions (`prefix_lengths`); comp_len in `scalars` comes from there."""
         n = len(prompt_ids)
         has_ref = completion.get("ref") is not None
         if self._count == 0:
@@ -187,18 +223,22 @@ class RolloutStorage:
         slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
         del self._free[len(self._free) - n :]
         rows = _Rows(slots)
-        rows.put(self.prompt_ids, prompt_ids, left=True)
-        rows.put(self.arena["mask"], completion["mask"])
+        rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
+        dense = completion["mask"] is None
+        if not dense:
+            rows.put(self.arena["mask"], completion["mask"])
         for k in ("comp_ids", "logps", "ref"):
             if completion.get(k) is not None:
                 rows.put(self.arena[k], completion[k])
+        at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
         for k, arr in scalars.items():
-            self._cols[k][slots] = arr
-        self._cols["seq"][slots] = np.arange(self._seq, self._seq + n)
+            self._cols[k][at] = arr
+        self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
         self._seq += n
-        self.valid[slots] = True
+        self.valid[at] = True
+        self.dense[at] = dense
         self._count += n
-        self.tree.set(slots, scalars["weight"])
+        self._mark_stale(at)
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -214,11 +254,18 @@ class RolloutStorage:
         self._count -= len(slots)
         if self._count == 0:
             self.has_ref = None
-        self.tree.set(slots, np.zeros(len(slots)))
+        self._mark_stale(slots)
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
-        """(len(slots), width) uint8 completion masks (0/1) of these slots, unpacked from the mask arena."""
-        return np.unpackbits(self.arena["mask"][slots, : _packed(width)], axis=1, count=width)
+        """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
+        unpacked from the mask arena for the others."""
+        clen, dense = self._cols["comp_len"][slots], self.dense[slots]
+        if dense.all():
+            return prefix_rows(clen, width)
+        out = np.unpackbits(self.arena["mask"][slots, : _packed(width)], axis=1, count=width).view(np.bool_)
+        if dense.any():
+            out[dense] = prefix_rows(clen[dense], width)
+        return out
 
     def tokens(self, slot: int) -> StoredRow:
         """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
@@ -229,14 +276,14 @@ class RolloutStorage:
             prompt_ids=self.prompt_ids[slot, W - p :],
             completion_ids=a["comp_ids"][slot, :c],
             logps=a["logps"][slot, :c],
-            mask=self.masks(np.array([slot]), c)[0].astype(bool),
+            mask=self.masks(np.array([slot]), c)[0],
             ref=a["ref"][slot, :c] if self.has_ref else None,
         )
 
     def nbytes(self) -> int:
         """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
         rows carry reference log-probs) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.prompt_ids, self.tree.t, *self.arena.values()]
+        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, self._stale, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -300,13 +347,15 @@ class RolloutStorage:
             if k == "ref" and not self.has_ref:
                 self.arena[k] = np.zeros((n_slots, 0), dt)
             elif k == "mask":
+                m = _repad(state[k], clen, C, np.bool_, left=False)
                 self.arena[k] = np.zeros((n_slots, _packed(C)), dt)
-                self.arena[k][slots] = np.packbits(_repad(state[k], clen, C, np.bool_, left=False), axis=1)
+                self.arena[k][slots] = np.packbits(m, axis=1)
+                self.dense = np.zeros(n_slots, bool)
+                self.dense[slots] = np.count_nonzero(m, axis=1) == clen
             else:
                 self.arena[k] = np.zeros((n_slots, C), dt)
                 self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
-        self.tree = SumTree(n_slots)
-        self.tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._rebuild_tree()
 
 
 class _Rows:
@@ -319,12 +368,16 @@ class _Rows:
         self.lo = int(slots[0]) if self.n else 0
         self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool((np.diff(slots) == 1).all())
 
-    def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False) -> None:
+    def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False, keep: Optional[np.ndarray] = None) -> None:
+        """`keep` (bool, src's shape): write 0 where it is False (a multiply: the zeroing costs no extra pass)."""
         W, w = arena.shape[1], src.shape[1]
         dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
         if left:  # right-aligned
             dst[:, : W - w] = 0
-            dst[:, W - w :] = src
+            if keep is None:
+                dst[:, W - w :] = src
+            else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
+                np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
         else:
             dst[:, :w] = src
             dst[:, w:] = 0
@@ -338,6 +391,44 @@ def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mask = np.asarray(mask)
     packed = np.packbits(mask if mask.dtype == np.bool_ else mask != 0, axis=1)  # a bool mask packs as it is
     return packed, _packed_lengths(packed, mask.shape[1])
+
+
+def prefix_lengths(mask: np.ndarray) -> Optional[np.ndarray]:
+    """(n,) int64 lengths of an (n, C) bool mask whose every row is True exactly at its first positions,
+    else None. Two cheap passes (a first-False search that stops early, one flat count) instead of packing."""
+    n, C = mask.shape
+    if n == 0 or C == 0:
+        return np.zeros(n, np.int64)
+    first_false = np.argmin(mask, axis=1)  # 0 also when a row is all True
+    lengths = np.where((first_false == 0) & mask[:, 0], C, first_false)
+    # A row holds at least its prefix's Trues: equal totals mean no row has a True past its prefix.
+    return lengths if np.count_nonzero(mask) == int(lengths.sum()) else None
+
+
+def prefix_rows(lengths: np.ndarray, width: int, right: bool = False) -> np.ndarray:
+    """(len(lengths), width) bool: row i True at its first lengths[i] positions (its last, if `right`).
+
+    A row gather from a read-only "staircase" view (row k: k Trues) of one cached array: a copy per row,
+    where a broadcast comparison costs several times more."""
+    global _STAIR
+    if width == 0:
+        return np.zeros((len(lengths), 0), bool)
+    base = _STAIR  # one read: another thread may replace it
+    W = len(base) // 3
+    if width > W:
+        W = max(width, 2 * W)
+        base = np.ones(3 * W, bool)
+        base[W : 2 * W] = False
+        base.flags.writeable = False
+        _STAIR = base
+    # _STAIR: W Trues, W Falses, W Trues. Row k starts at W - k (left: k Trues, then Falses) or at
+    # 2W - width + k (right: width - k Falses, then k Trues); rows are read forwards, so each is one memcpy.
+    offset, row_step = (W, -1) if not right else (2 * W - width, 1)
+    stair = np.ndarray((width + 1, width), bool, buffer=base, offset=offset, strides=(row_step, 1))
+    return stair[np.minimum(lengths, width)]
+
+
+_STAIR = np.zeros(0, bool)
 
 
 def _packed(width: int) -> int:
