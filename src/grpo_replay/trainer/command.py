@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
     from ..data import DataError
-    from .loop import CheckpointError, TrainingStopped
+    from .stopping import CheckpointError, TrainingStopped
     from .rundir import RunDirError
     from .setup import ModelLoadError
 

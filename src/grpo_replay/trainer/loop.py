@@ -35,8 +35,6 @@ import json
 import math
 import os
 import random
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -60,53 +58,13 @@ from .evaluation import evaluate
 from .generation import TransformersGenerator, VLLMGenerator, token_logps
 from .rewards import RewardScorer
 from .setup import build_policy
+from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
 
 
 # Named constants (the values are part of every run's results: changing one changes the numbers).
 HELDOUT_SEED = 12345  # the held-out problems: one fixed set, whatever cfg.seed, so every arm and seed is scored on it
 EVAL_SEED_OFFSET = 777  # evaluation sampling seed = cfg.seed + this: a stream apart from the training generators'
 VLLM_PROMPT_ROOM = 4096  # tokens of prompt vLLM reserves room for (max_model_len = this + the completion budget)
-
-
-class TrainingStopped(RuntimeError):
-    """Raised after max_bad_steps consecutive non-finite losses (a checkpoint was written first)."""
-
-
-class CheckpointError(RuntimeError):
-    """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
-
-
-class TrainingInterrupted(TrainingStopped):
-    """SIGINT / SIGTERM arrived: the step under way finished, a checkpoint was written, the run stopped."""
-
-
-class StopSignals:
-    """SIGINT (Ctrl-C) and SIGTERM (`kill`, schedulers, `docker stop`) ask the run to stop after the step under
-    way, with a checkpoint, instead of losing every step since the last periodic one. A second SIGINT stops at
-    once (KeyboardInterrupt). A signal ignored when the run started stays ignored (a background job's SIGINT),
-    and outside the main thread nothing is installed (signal handlers can only be set there)."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                if signal.getsignal(sig) is not signal.SIG_IGN:
-                    self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.received and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = signal.Signals(signum).name
-        tqdm.write(f"grpo-replay: {self.received} received; stopping after this step with a checkpoint "
-                   "(Ctrl-C again stops at once, without one)")
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 @dataclass
