@@ -41,8 +41,9 @@ def test_train_logs_drift_finite_non_negative_beside_replay(drift_run):
             else:
                 assert math.isfinite(r[key]) and r[key] >= 0, (i, key, r[key])
         assert r["time/drift_s"] >= 0
-        if r["loss"] is not None:  # a step with an update: replay's clip fraction and ratio in the same row
+        if r["loss"] is not None and r["replay/count"]:  # an update with replayed rows: their clip fraction and ratio
             assert "replay/clip_frac" in r and "replay/ratio_mean" in r
+    assert any(r["loss"] is not None and r["replay/count"] for r in rows)  # replay took part in this run
     assert any(r["drift/kl_1"] for r in rows[1:])  # the policy moved (lr 3e-3)
     assert (drift_run / "drift.png").is_file()
     assert (checkpoint.latest(drift_run) / checkpoint.DRIFT).is_file()
