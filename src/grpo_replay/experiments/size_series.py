@@ -22,7 +22,7 @@ from ..provenance import describe, provenance
 from ..tasks.testbed.config import SIZE_SERIES, TestbedConfig
 from . import claims
 from .arms import BASE
-from .stats import CONFIDENCE, POWER, format_ci, paired_ci, slope_ci
+from .stats import CONFIDENCE, POWER, ci, format_ci, paired_ci, slope_ci
 
 #: The flags a series fixes itself (each size is the main comparison on one named testbed).
 _FIXED = (("--quick", "quick"), ("--testbed", "testbed"), ("--comparisons", "comparisons"), ("--model", "model"))
@@ -100,8 +100,9 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
             "size": size, "n_params": p, "seeds": seeds,
             "warm_start_pass_rate": {"mean": sum(warm) / len(warm) if warm else None,
                                      "min": min(warm, default=None), "max": max(warm, default=None)},
-            "grpo": paired_ci([base[s] for s in seeds]), arm: paired_ci([other[s] for s in seeds]),
+            "grpo": ci([base[s] for s in seeds]), arm: ci([other[s] for s in seeds]),
             "gain": paired_ci(gains), "gain_per_seed": dict(zip(seeds, gains)),
+            "acc_per_seed": {s: (base[s], other[s]) for s in seeds},
             "provenance": res.get("provenance"), "command": res.get("command"),
         })
         xs += [math.log(p, 4)] * len(gains)
@@ -119,11 +120,9 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
     with open(report_dir / "size_series.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["size", "n_params", "seed", "grpo_acc", f"{arm}_acc", "gain"])
-        for size in SIZE_SERIES:
-            acc = _final_acc(report_dir / size)
-            r = next(r for r in rows if r["size"] == size)
-            for s in r["seeds"]:
-                w.writerow([size, r["n_params"], s, acc[BASE][s], acc[arm][s], acc[arm][s] - acc[BASE][s]])
+        for r in rows:
+            for s, (b, o) in r["acc_per_seed"].items():
+                w.writerow([r["size"], r["n_params"], s, b, o, o - b])
     png = _plot(rows, trend, arm, report_dir / "gain_vs_size.png")
     (report_dir / "report.md").write_text(_markdown(result, png.name))
     return result

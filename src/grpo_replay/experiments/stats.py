@@ -63,7 +63,14 @@ def mde(sd: Optional[float], n: int, confidence: float = CONFIDENCE, power: floa
     already inside each seed's value, so sd holds it too. None when n < 2 (no spread to estimate)."""
     if sd is None or n is None or n < 2 or _nan(sd):
         return None
-    return (t_ppf(0.5 + confidence / 2, n - 1) + t_ppf(power, n - 1)) * sd / math.sqrt(n)
+    return detectable(sd / math.sqrt(n), n - 1, confidence, power)
+
+
+def detectable(se: float, df: int, confidence: float = CONFIDENCE, power: float = POWER) -> float:
+    """The true effect a two-sided t-test at `confidence` detects with probability `power`, for an estimate with
+    standard error se and df degrees of freedom: (t_{1 - alpha/2, df} + t_{power, df}) * se. `mde` (a mean of
+    paired differences) and `slope_ci` (a regression slope) both use it."""
+    return (t_ppf(0.5 + confidence / 2, df) + t_ppf(power, df)) * se
 
 
 def format_ci(
@@ -300,8 +307,7 @@ def slope_ci(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFI
     resid = y - (intercept + slope * x)
     se = math.sqrt(float((resid ** 2).sum()) / (n - 2) / sxx)
     half = t_quantile(n - 2, confidence) * se
-    mde_ = (t_ppf(0.5 + confidence / 2, n - 2) + t_ppf(power, n - 2)) * se
-    return {**out, "lo": slope - half, "hi": slope + half, "se": se, "mde": mde_}
+    return {**out, "lo": slope - half, "hi": slope + half, "se": se, "mde": detectable(se, n - 2, confidence, power)}
 
 
 def paired_diff(a: list[Run], b: list[Run], f) -> dict:

@@ -395,7 +395,6 @@ class ReplayHook:
         total = len(out)
         k_steps = K if self.settings.keep_optimizer_steps else total // mb
         mbr = total // k_steps if self.settings.keep_optimizer_steps else mb
-        ages = (step - replay_rows.birth_step[:n_replay]).float() if n_replay else torch.zeros(0)
         metrics = {
             "replay/fresh_rows": float(len(fresh_idx)),
             "replay/zero_variance_rows": float((~nonzero).sum()),
@@ -406,6 +405,7 @@ class ReplayHook:
             "replay/replay_tokens": float(n_replay_tokens),
         }
         if n_replay:  # no replayed rows: no age or |A| to report (a 0 would be averaged in as if it were one)
+            ages = (step - replay_rows.birth_step[:n_replay]).float()
             metrics.update({"replay/age_mean": float(ages.mean()), "replay/age_max": float(ages.max()),
                             "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean())})
         metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
