@@ -284,7 +284,7 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
     if np.count_nonzero(pm) != int(plen.sum()):  # rare: move real tokens to the right, in order
         plen = np.count_nonzero(pm, axis=1).astype(np.int64)
         order = np.argsort(pm, axis=1, kind="stable")
-        pid, pm = np.take_along_axis(pid, order, 1), np.arange(P)[None, :] >= (P - plen)[:, None]
+        pid, pm = np.take_along_axis(pid, order, 1), prefix_rows(plen, P, right=True)
     Pw = int(plen.max()) if n else 0
     cm = batch.completion_mask.cpu().numpy()
     cm = cm if cm.dtype == np.bool_ else cm != 0

@@ -293,11 +293,11 @@ class RolloutStorage:
         slots = self.valid_slots()
         plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
         W = self.prompt_ids.shape[1]
-        pkeep = np.arange(W)[None, :] >= (W - plen)[:, None]
+        pkeep = prefix_rows(plen, W, right=True)
 
         def flat(k: str) -> np.ndarray:  # row-major order of the kept positions = concatenation order
             a = self.arena[k][slots] if k != "mask" else self.masks(slots, self.width)
-            return a[np.arange(a.shape[1])[None, :] < clen[:, None]]
+            return a[prefix_rows(clen, a.shape[1])]
 
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
@@ -469,8 +469,7 @@ def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
 
 def _repad(flat: np.ndarray, lengths: np.ndarray, width: int, dtype, left: bool) -> np.ndarray:
     """(len(lengths), width) array with each row's tokens from the concatenation `flat`, padded with zeros."""
-    pos = np.arange(width)[None, :]
-    keep = pos >= (width - lengths)[:, None] if left else pos < lengths[:, None]
+    keep = prefix_rows(lengths, width, right=left)
     out = np.zeros(keep.shape, dtype)
     out[keep] = np.asarray(flat, dtype)
     return out
