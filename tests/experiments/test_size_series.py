@@ -98,6 +98,14 @@ def test_size_series_refuses_flags_it_sets_itself(tmp_path, capsys):
         assert "--size-series" in capsys.readouterr().err
 
 
+def test_bad_input_fails_once_before_any_size_runs(tmp_path, capsys):
+    for argv in (["--seeds", "0"], ["--arms", "nope"], ["--set", "nope=1"]):
+        assert main(["compare", "--size-series", "--out", str(tmp_path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("grpo-replay compare: ") == 1 and "size default" not in err, err
+    assert not (tmp_path / "report").exists() and not (tmp_path / "small" / "runs").exists()
+
+
 def test_dry_run_plans_every_size(tmp_path, capsys):
     assert main(["compare", "--size-series", "--seeds", "2", "--out", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out

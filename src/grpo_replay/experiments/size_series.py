@@ -56,7 +56,10 @@ def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], in
         sub.out = str(out / size)
         sub.report_dir = str(report_dir / size)
         print(f"grpo-replay compare --size-series: size {size}", file=sys.stderr, flush=True)
-        rc = max(rc, run_compare(sub))
+        sub_rc = run_compare(sub)
+        if sub_rc == 2:  # bad input (a flag, a --set key): the same for every size, so say it once and stop
+            return 2
+        rc = max(rc, sub_rc)
     if args.dry_run:
         return rc
     from .command import command_line
