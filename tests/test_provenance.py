@@ -3,7 +3,7 @@ import subprocess
 import pytest
 
 from grpo_replay import __version__
-from grpo_replay.provenance import describe, git_commit, provenance
+from grpo_replay.provenance import describe, git_commit, provenance, run_commits_line
 
 
 def test_outside_a_checkout_the_commit_is_unknown_not_guessed(tmp_path):
@@ -35,3 +35,11 @@ def test_provenance_names_versions():
     assert p["torch"].startswith("2.")
     line = describe(p)
     assert p["commit"] in line and f"grpo-replay {__version__}" in line
+
+
+def test_run_commits_line_names_runs_older_code_made():
+    assert run_commits_line({}, "abc") is None
+    assert run_commits_line({"abc": 7}, "abc") is None  # every run made by the report's own code: nothing to add
+    assert run_commits_line({"old": 1}, "abc") == "Its runs were made at commit `old` (1 run); each run's summary.json records its own."
+    line = run_commits_line({"b": 2, "a": 2, "c": 5}, "c")
+    assert line.startswith("Its runs were made at commit `c` (5 runs), `a` (2 runs), `b` (2 runs);")  # most first, ties by name

@@ -46,3 +46,14 @@ def describe(p: dict[str, str] | None = None) -> str:
     p = p or provenance()
     return (f"commit `{p['commit']}`, grpo-replay {p['grpo_replay']}, torch {p['torch']}, Python {p['python']}, "
             f"{p['machine']}")
+
+
+def run_commits_line(counts: dict[str, int], report_commit: str | None) -> str | None:
+    """A report's sentence on the code its runs were made with, or None when every run was made at `report_commit`.
+
+    A compare reuses finished run directories, so a report regenerated later (or extended with more seeds) holds runs
+    that an older commit made; its own "Code:" line names only the commit that wrote the report."""
+    if not counts or set(counts) == {report_commit}:
+        return None
+    parts = [f"`{c}` ({n} run{'s' if n != 1 else ''})" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "Its runs were made at commit " + ", ".join(parts) + "; each run's summary.json records its own."

@@ -76,12 +76,23 @@ def test_pass_at_k_matches_metric_code(quick_out):
 
 def test_rerun_skips_and_resumes(quick_out, capsys):
     summaries = sorted((quick_out / "runs").glob("*/*/summary.json"))
+    res = json.loads((quick_out / "report" / "results.json").read_text())
+    made_here = res["provenance"]["commit"]
+    assert res["run_commits"] == {made_here: len(summaries)}
+    assert "Its runs were made at" not in (quick_out / "report" / "report.md").read_text()
+    # A reused run that older code made: the regenerated report names that commit beside its own.
+    old = json.loads(summaries[1].read_text())
+    old["provenance"]["commit"] = "0ld0ld0"
+    summaries[1].write_text(json.dumps(old))
     mtimes = {p: p.stat().st_mtime_ns for p in summaries}
     rc = main(["compare", "--quick", "--out", str(quick_out), "--no-progress"])
     assert rc == 0
     res = json.loads((quick_out / "report" / "results.json").read_text())
     assert res["run_info"]["ran"] == 0 and res["run_info"]["skipped"] == len(summaries)
     assert all(p.stat().st_mtime_ns == m for p, m in mtimes.items())
+    assert res["run_commits"] == {made_here: len(summaries) - 1, "0ld0ld0": 1}
+    assert (f"Its runs were made at commit `{made_here}` ({len(summaries) - 1} runs), `0ld0ld0` (1 run)"
+            in (quick_out / "report" / "report.md").read_text())
     # an unfinished run (no summary.json) is run again, resuming from its checkpoint; the others are skipped
     summaries[0].unlink()
     rc = main(["compare", "--quick", "--out", str(quick_out), "--jobs", "1", "--no-progress"])

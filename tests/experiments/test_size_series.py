@@ -64,7 +64,8 @@ def _fake_size_reports(root, gains, n_params=(100_000, 400_000, 1_600_000)):
                 w.writerow(["grpo", seed, 0.2])
                 w.writerow(["paper", seed, 0.2 + gi])
         warm = {str(s): {"pass_rate": 0.1 + 0.01 * s, "n_params": p} for s in range(len(g))}
-        (d / "results.json").write_text(json.dumps({"warm_starts": warm, "command": f"grpo-replay compare --testbed {size}"}))
+        (d / "results.json").write_text(json.dumps({"warm_starts": warm, "command": f"grpo-replay compare --testbed {size}",
+                                                    "run_commits": {"0ld0ld0": 2 * len(g)}}))
 
 
 def test_series_report_by_hand(tmp_path):
@@ -81,6 +82,8 @@ def test_series_report_by_hand(tmp_path):
     assert res["trend"]["lo"] > 0 and res["claim"]["verdict"] == claims.HOLDS
     md = (tmp_path / "report.md").read_text()
     assert "grpo-replay compare --size-series" in md and "**holds**" in md and "gain_vs_size.png" in md
+    assert res["run_commits"] == {"0ld0ld0": 18}  # 3 sizes x 3 seeds x 2 arms, made by other code than the report's
+    assert "Its runs were made at commit `0ld0ld0` (18 runs)" in md
     assert (tmp_path / "gain_vs_size.png").stat().st_size > 1000
     with open(tmp_path / "size_series.csv") as f:
         assert len(list(csv.DictReader(f))) == 9

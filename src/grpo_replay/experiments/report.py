@@ -4,11 +4,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
 from . import plots
-from ..provenance import describe, provenance
+from ..provenance import describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .benchmarks import BenchSettings
 from .claims import check_claims
@@ -53,6 +54,7 @@ def build_report(
         "missing_runs": missing,
         "run_info": run_info or {},
         "provenance": provenance(),
+        "run_commits": dict(Counter(r.commit or "not recorded" for rs in runs.values() for r in rs)),
         "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
         # One warm start per seed, shared by every arm (the size series reads each size's from here).
         "warm_starts": {str(r.seed): r.warm_start for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)},
@@ -163,7 +165,8 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         lines += [f"Runs: {info.get('runs', '?')} ({info.get('ran', 0)} run now, {info.get('skipped', 0)} reused), "
                   f"{info.get('jobs', '?')} parallel jobs, wall time of this invocation {info.get('wall_s', 0) / 60:.1f} min.", ""]
     if results.get("provenance"):
-        lines += [f"Code: {describe(results['provenance'])}.", ""]
+        made = run_commits_line(results.get("run_commits") or {}, results["provenance"].get("commit"))
+        lines += [f"Code: {describe(results['provenance'])}." + (f" {made}" if made else ""), ""]
     if results["missing_runs"]:
         lines += [f"**Missing (unfinished or failed) runs, left out of every number:** {', '.join(results['missing_runs'])}", ""]
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..provenance import describe, provenance
+from ..provenance import describe, provenance, run_commits_line
 from ..tasks.testbed.config import SIZE_SERIES, TestbedConfig
 from . import claims
 from .arms import BASE
@@ -106,7 +106,8 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
             "grpo": ci([base[s] for s in seeds]), arm: ci([other[s] for s in seeds]),
             "gain": paired_ci(gains), "gain_per_seed": dict(zip(seeds, gains)),
             "acc_per_seed": {s: (base[s], other[s]) for s in seeds},
-            "provenance": res.get("provenance"), "command": res.get("command"),
+            "provenance": res.get("provenance"), "run_commits": res.get("run_commits") or {},
+            "command": res.get("command"),
         })
         xs += [math.log(p, 4)] * len(gains)
         ys += gains
@@ -114,6 +115,7 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
     verdict = claims.verdict(trend)
     result = {
         "command": command, "arm": arm, "confidence": CONFIDENCE, "power": POWER, "provenance": provenance(),
+        "run_commits": _sum_counts(r.get("run_commits") for r in rows),
         "sizes": rows, "trend": trend,
         "claim": {"claim": CLAIM, "verdict": verdict,
                   "evidence": f"slope of the paired gain per 4x parameters: {format_ci(trend, fmt='{:+.2f}', unit=' pp', n=True, show_mde=True)}"},
@@ -129,6 +131,14 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
     png = _plot(rows, trend, arm, report_dir / "gain_vs_size.png")
     (report_dir / "report.md").write_text(_markdown(result, png.name))
     return result
+
+
+def _sum_counts(counts) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in counts:
+        for k, n in (c or {}).items():
+            total[k] = total.get(k, 0) + int(n)
+    return total
 
 
 def _plot(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
@@ -160,12 +170,14 @@ def _plot(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
 def _markdown(result: dict, png: str) -> str:
     arm, rows = result["arm"], result["sizes"]
     pp = lambda c: format_ci(c, fmt="{:.1f}")  # noqa: E731
+    made = run_commits_line(result.get("run_commits") or {}, result["provenance"].get("commit"))
     lines = [
         "# grpo-replay compare: model-size series (does replay's gain grow with model size?)", "",
         "Made by:", "", "```", result["command"], "```", "",
         "Each size is its own `compare` of GRPO and the paper's method on the embedded testbed at one model width "
         "(depth 2, MLP 3x the width), with its own warm start per seed into the same pass-rate window (10-25 % sampled); "
-        f"its report, with the command that makes it alone, is in `<size>/report.md`. Code: {describe(result['provenance'])}.", "",
+        f"its report, with the command that makes it alone, is in `<size>/report.md`. Code: {describe(result['provenance'])}."
+        + (f" {made}" if made else ""), "",
         f"| size | parameters | warm-start pass@1 (mean [min, max] over seeds) | GRPO final (%) | {arm} final (%) | "
         f"{arm} - GRPO (pp, paired) |",
         "|---|---:|---|---|---|---|",

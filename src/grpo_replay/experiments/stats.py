@@ -145,6 +145,8 @@ class Run:
     update_rows: int
     generated: int
     warm_start: dict = field(default_factory=dict)
+    # The commit the run finished with (its summary's provenance); None for runs made before it was recorded.
+    commit: Optional[str] = None
 
     @property
     def final(self) -> dict:
@@ -171,7 +173,8 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     warm = (summary.get("setup") or {}).get("warm_start") or {}
     warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
     rows = sum(int(m.get("update_rows") or 0) for m in metrics)
-    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm)
+    commit = (summary.get("provenance") or {}).get("commit")
+    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, commit)
 
 
 def _jsonl(path: Path) -> list[dict]:
