@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import decimal
 import difflib
 import inspect
 import math
@@ -46,6 +47,35 @@ def is_finite(x: Any) -> bool:
 # YAML 1.1 (PyYAML) reads 1e-6, 1E6 and 1.0e6 as strings (it wants a dot and a signed exponent); YAML 1.2 and
 # Python read them as numbers. A string of this form given for a float key is taken as that number.
 _FLOAT_TEXT = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?")
+
+
+def integral(value: Any) -> int | None:
+    """value as an int when it is a whole number in any form people write one (1000, 1_000, 1e3, 1000.0, "1e3"),
+    else None. Step and size counts are often written 1e3; PyYAML reads that as a string, argparse's int rejects it.
+    Decimal, not float, so a long integer written in full is never rounded."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+        try:
+            d = decimal.Decimal(value.strip().replace("_", ""))
+        except decimal.InvalidOperation:
+            return None
+        return int(d) if d.is_finite() and d == d.to_integral_value() else None
+    return None
+
+
+def int_arg(text: str) -> int:
+    """argparse `type=` for integer flags: accepts what `integral` accepts, names the forms otherwise."""
+    import argparse
+
+    n = integral(text)
+    if n is None:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r} (write a whole number: 1000, 1_000 or 1e3)")
+    return n
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -110,6 +140,26 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def parse_sets(items: list[str], given: dict[str, str] | None = None) -> dict[str, Any]:
+    """`--set KEY=VALUE` items as {key: parsed value}. `given` maps keys already set on the same command line by a
+    flag to how it was written (`steps` -> `--steps 10`); it is updated with the items.
+
+    Two values for one key on one command line is a typo or a stale script line; taking the last silently would
+    train with a setting its user may not have meant (`--steps 10 --set steps=1000` ran 1000 steps), so it is an error."""
+    given = {} if given is None else given
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if k in given:
+            raise ConfigError(f"{k} is given twice on the command line ({given[k]} and --set {item}); give it once")
+        given[k] = f"--set {item}"
+        out[k] = parse_value(v)
+    return out
+
+
 def check_value(key: str, value: Any, annotation: Any) -> Any:
     """Return value coerced to the annotation (int -> float, list -> tuple) or raise ConfigError."""
     origin = typing.get_origin(annotation)
@@ -140,8 +190,9 @@ def check_value(key: str, value: Any, annotation: Any) -> Any:
         if isinstance(value, bool):
             return value
     elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        n = integral(value)
+        if n is not None:
+            return n
     elif annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

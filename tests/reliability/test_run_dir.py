@@ -60,6 +60,48 @@ def test_float_keys_reject_text_that_is_not_a_number(text):
         _cli_config("--set", f"lr={text}")
 
 
+@pytest.mark.parametrize("text", ["1000", "1_000", "1e3", "1E3", "1000.0", "1.0e3", "+1e3"])
+def test_integer_keys_take_a_whole_number_in_any_notation(text):
+    cfg = _cli_config("--steps", text, "--set", f"replay.capacity={text}", "--set", f"eval_problems={text}")
+    assert (cfg.steps, cfg.replay.capacity, cfg.eval_problems) == (1000, 1000, 1000)
+    assert all(type(v) is int for v in (cfg.steps, cfg.replay.capacity, cfg.eval_problems))
+
+
+def test_a_long_integer_in_exponent_notation_is_not_rounded_through_float():
+    assert command.configio.integral("12345678901234567") == 12345678901234567
+    assert command.configio.integral("1.2345678901234567e16") == 12345678901234567  # float() would round it
+
+
+@pytest.mark.parametrize("text", ["1.5", "1e-3", "inf", "nan", "ten", "true"])
+def test_integer_keys_reject_what_is_not_a_whole_number(text, capsys):
+    with pytest.raises(command.configio.ConfigError, match="has the wrong type; expected int"):
+        _cli_config("--set", f"steps={text}")
+    p = argparse.ArgumentParser()
+    command.add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--steps", text])
+    assert f"argument --steps: invalid integer '{text}' (write a whole number: 1000, 1_000 or 1e3)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--steps", "10", "--set", "steps=1000"], "steps is given twice on the command line (--steps 10 and --set steps=1000)"),
+    (["--set", "lr=1e-3", "--set", "lr=2e-3"], "lr is given twice on the command line (--set lr=1e-3 and --set lr=2e-3)"),
+    (["--out", "a", "--set", "out_dir=b"], "out_dir is given twice on the command line (--out a and --set out_dir=b)"),
+])
+def test_a_key_given_twice_on_the_command_line_is_refused_not_last_wins(argv, shown, tmp_path, capsys):
+    with pytest.raises(command.configio.ConfigError, match=shown.replace("(", r"\(").replace(")", r"\)")):
+        _cli_config(*argv)
+    # and through the commands: nothing computed
+    assert main(["train", "--steps", "3", "--set", "steps=4", "--out", str(tmp_path / "run")]) == 2
+    assert "steps is given twice" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    assert main(["compare", "--testbed", "small", "--set", "testbed_preset=large", "--out", str(tmp_path / "c"),
+                 "--dry-run"]) == 2
+    assert ("testbed_preset is given twice on the command line (--testbed small and --set testbed_preset=large)"
+            in capsys.readouterr().err) and not (tmp_path / "c").exists()
+    assert main(["compare", "--set", "lr=1e-3", "--set", "lr=1e-3", "--out", str(tmp_path / "c"), "--dry-run"]) == 2
+    assert "lr is given twice" in capsys.readouterr().err
+
+
 def test_nonfinite_lr_is_rejected_naming_the_key(tmp_path, capsys):
     for text, shown in ((".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf")):
         assert main(["train", "--set", f"lr={text}", "--out", str(tmp_path / "run")]) == 2

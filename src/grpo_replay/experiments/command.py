@@ -12,6 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..configio import int_arg
 from ..data import BENCHMARKS
 from ..tasks.testbed.config import TESTBED_PRESETS
 from .arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
@@ -22,8 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="Tiny testbed, 2 seeds, a few arms: seconds (for tests).")
     p.add_argument("--out", default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
     p.add_argument("--report-dir", default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
-    p.add_argument("--jobs", type=int, default=None, help="Parallel training processes (default: os.cpu_count()).")
-    p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
+    p.add_argument("--jobs", type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
+    p.add_argument("--seeds", type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
     p.add_argument("--testbed", choices=TESTBED_PRESETS, default=None,
                    help="Named embedded testbed for every run (TrainConfig.testbed_preset; docs/testbed.md): default | "
                         "reasoning (running partial sums, 10-40-token completions) | small | large (the default task "
@@ -55,14 +56,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
     g.add_argument("--benchmarks", default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
     g.add_argument("--data-dir", default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data).")
-    g.add_argument("--eval-n", type=int, default=16, help="Samples per benchmark problem (default 16).")
+    g.add_argument("--eval-n", type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
     g.add_argument("--eval-k", default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
     g.add_argument("--eval-temperature", type=float, default=0.6)
     g.add_argument("--eval-top-p", type=float, default=0.95)
-    g.add_argument("--eval-max-new-tokens", type=int, default=4096)
-    g.add_argument("--eval-limit", type=int, default=None, help="At most N problems per benchmark.")
+    g.add_argument("--eval-max-new-tokens", type=int_arg, default=4096)
+    g.add_argument("--eval-limit", type=int_arg, default=None, help="At most N problems per benchmark.")
     g.add_argument("--eval-backend", default="transformers", help="transformers (default) or vllm (GPU).")
-    g.add_argument("--eval-batch-size", type=int, default=8, help="Problems per generation call.")
+    g.add_argument("--eval-batch-size", type=int_arg, default=8, help="Problems per generation call.")
     g.add_argument("--eval-device", default="auto", help="auto | cpu | cuda[:i] (transformers backend).")
     g.add_argument("--keep-checkpoints", action="store_true",
                    help="Keep each run's final checkpoint after its evaluation (default: deleted once every benchmark is done).")
@@ -141,13 +142,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     jobs = args.jobs or os.cpu_count() or 1
 
-    extra = {}
     try:
-        for item in args.set:
-            if "=" not in item:
-                raise configio.ConfigError(f"--set {item!r}: expected KEY=VALUE")
-            k, v = item.split("=", 1)
-            extra[k.strip()] = configio.parse_value(v)
+        given = {}
+        if getattr(args, "report_to", None):
+            given["report_to"] = f"--report-to {' '.join(args.report_to)}"
+        if getattr(args, "testbed", None):
+            given["testbed_preset"] = f"--testbed {args.testbed}"
+        extra = configio.parse_sets(args.set, given)
         if getattr(args, "report_to", None):
             extra["report_to"] = args.report_to
         if testbed != "default":

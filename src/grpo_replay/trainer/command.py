@@ -13,8 +13,8 @@ from .config import BACKENDS, DEVICES, REWARDS
 SHORT_FLAGS = {
     "preset": dict(choices=PRESETS),
     "testbed_preset": dict(choices=TESTBED_PRESETS),
-    "seed": dict(type=int),
-    "steps": dict(type=int),
+    "seed": dict(type=configio.int_arg),
+    "steps": dict(type=configio.int_arg),
     "backend": dict(choices=BACKENDS),
     "model": dict(),
     "data": dict(),
@@ -48,16 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     out = {name: getattr(args, name) for name in SHORT_FLAGS if getattr(args, name) is not None}
+    given = {name: " ".join([FLAG_NAMES.get(name, "--" + name.replace("_", "-")),
+                             *map(str, v if isinstance(v, list) else [v])]) for name, v in out.items()}
     if args.no_progress:
-        out["progress"] = False
-    for item in args.set:
-        if "=" not in item:
-            raise configio.ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = configio.parse_value(v)
-        except (ValueError, RecursionError):  # the YAML parser rejects it (e.g. 2001-13-45): keep the text
-            out[k.strip()] = v
+        out["progress"], given["progress"] = False, "--no-progress"
+    out.update(configio.parse_sets(args.set, given))
     return out
 
 
