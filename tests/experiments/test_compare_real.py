@@ -133,6 +133,10 @@ def test_a_new_benchmark_setting_after_the_checkpoint_was_deleted_fails_clearly(
         (["--benchmarks", "nope"], "unknown benchmark 'nope'"),
         (["--eval-k", "1,4"], "--eval-k=[1, 4] is invalid; allowed: integers 1 <= k <= --eval-n=2"),
         (["--arms", "papr"], "--arms: unknown arm(s) ['papr']"),
+        # found before any run trains, not when the first evaluation builds its sampler
+        (["--eval-temperature", "nan"], "--eval-temperature=nan is invalid; allowed: a finite number >= 0 (0 = greedy)"),
+        (["--eval-top-p", "1.5"], "--eval-top-p=1.5 is invalid; allowed: a number in (0, 1]"),
+        (["--eval-max-new-tokens", "0"], "--eval-max-new-tokens=0 is invalid; allowed: an integer >= 1"),
     ],
 )
 def test_bad_input_names_the_flag(tmp_path, capsys, extra, message):

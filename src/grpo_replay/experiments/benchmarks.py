@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -66,6 +67,13 @@ class BenchSettings:
             bad("limit", "an integer >= 1")
         if self.batch_size < 1:
             bad("batch_size", "an integer >= 1")
+        # Checked here, not only where the evaluation builds its SamplingParams: that is after every run has trained.
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            bad("temperature", "a finite number >= 0 (0 = greedy)")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            bad("top_p", "a number in (0, 1]")
+        if self.max_new_tokens < 1:
+            bad("max_new_tokens", "an integer >= 1")
 
     def key(self) -> str:
         d = {k: v for k, v in asdict(self).items() if k not in _UNKEYED}
