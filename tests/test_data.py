@@ -71,6 +71,88 @@ def test_malformed_row_names_file_and_line(tmp_path, bad, reason):
     assert len(probs.skipped) == 1 and probs.skipped[0].line == 2 and reason in probs.skipped[0].reason
 
 
+# --- the forms data arrives in: a byte-order mark, a JSON array, other sets' field names ---------------------
+GSM8K_RAW = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+                         "May. How many clips did Natalia sell altogether in April and May?",
+             "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
+                       "altogether in April and May.\n#### 72"}  # the first row of openai/gsm8k, as the hub has it
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_row(tmp_path):
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + json.dumps(row(1)).encode() + b"\r\n" + json.dumps(row(2)).encode() + b"\r\n")
+    assert [p.id for p in load_problems(f)] == ["p1", "p2"]
+    f.write_bytes(b"\xef\xbb\xbf" + json.dumps([row(1)]).encode())
+    g = f.rename(tmp_path / "bom.json")
+    assert [p.id for p in load_problems(g)] == ["p1"]
+
+
+def test_a_json_file_holding_one_array(tmp_path):
+    f = tmp_path / "set.json"
+    f.write_text("[\n" + ",\n".join(json.dumps(row(i)) for i in (1, 2, 3)) + "\n]\n")
+    assert load_problems(f) == load_problems(write_lines(tmp_path / "set.jsonl", [row(1), row(2), row(3)]))
+    assert [p.id for p in load_problems(f, limit=2)] == ["p1", "p2"]
+    # a malformed element names the line it starts on, and the skip policy skips it
+    f.write_text("[\n" + json.dumps(row(1)) + ",\n" + json.dumps({"problem": "x"}) + ",\n" + json.dumps(row(3)) + "]")
+    with pytest.raises(DataError, match=rf"{f}:3: missing field 'answer'"):
+        load_problems(f)
+    with pytest.warns(UserWarning, match="skipped 1 malformed"):
+        assert [p.id for p in load_problems(f, on_error="skip")] == ["p1", "p3"]
+    # broken JSON stops the array: an error even when skipping, since the rest of the file cannot be read
+    f.write_text("[\n" + json.dumps(row(1)) + ",\n" + '{"problem": "x" "answer": "1"},\n' + json.dumps(row(3)) + "\n]")
+    for policy in ("raise", "skip"):
+        with pytest.raises(DataError, match=rf"{f}:3: invalid JSON \(Expecting ',' delimiter"):
+            load_problems(f, on_error=policy)
+    f.write_text("[" + json.dumps(row(1)) + " " + json.dumps(row(2)) + "]")
+    with pytest.raises(DataError, match="expected ',' or ']' after an array element"):
+        load_problems(f)
+
+
+def test_gsm8k_as_the_hub_has_it_loads_with_its_final_number():
+    """GSM8K says `question`, and its `answer` is a worked solution ending in `#### 72`."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        rows = [GSM8K_RAW, {"question": "Q?", "answer": "5 * 216 = 1,080\n#### 1,080"},
+                {"question": "Q2?", "answer": "so\n#### -3.5"}]
+        (p, q, r) = load_problems(write_lines(Path(d) / "gsm8k.jsonl", rows))
+    assert (p.problem, p.answer) == (GSM8K_RAW["question"], "72")
+    assert q.answer == "1080" and r.answer == "-3.5"  # thousands commas dropped, as in ../shared/data's gsm8k_train
+    # the normalized copy in ../shared/data reads the same: its first row is this one
+    if (SHARED / "train" / "gsm8k_train.jsonl").exists():
+        first = load_problems(SHARED / "train" / "gsm8k_train.jsonl", limit=1)[0]
+        assert (first.problem, first.answer) == (p.problem, p.answer)
+
+
+def test_math_worked_solution_gives_its_last_boxed_answer(tmp_path):
+    f = write_lines(tmp_path / "math.jsonl", [
+        {"problem": "P?", "solution": "First $\\boxed{1}$ is wrong; so the answer is $\\boxed{\\frac{1}{2}}$."},
+        {"problem": "P2?", "solution": "no box here"}])
+    with pytest.raises(DataError, match=rf"{f}:2: field 'solution' \(our 'answer', read from a worked solution\) has no"):
+        load_problems(f)
+    with pytest.warns(UserWarning):
+        (p,) = load_problems(f, on_error="skip")
+    assert p.answer == "\\frac{1}{2}"
+    # our own field wins over an alias, and an explicit mapping is taken as given (no #### or \boxed rewriting of it)
+    g = write_lines(tmp_path / "both.jsonl", [{"problem": "P", "question": "Q", "answer": "7", "solution": "$\\boxed{8}$"}])
+    assert (load_problems(g)[0].problem, load_problems(g)[0].answer) == ("P", "7")
+    h = write_lines(tmp_path / "mapped.jsonl", [{"q": "Q", "sol": "$\\boxed{8}$"}])
+    assert load_problems(h, fields={"problem": "q", "answer": "sol"})[0].answer == "$\\boxed{8}$"
+
+
+def test_a_missing_or_null_field_says_which_and_what_the_row_has(tmp_path):
+    f = write_lines(tmp_path / "x.jsonl", [{"text": "x", "label": 1}])
+    with pytest.raises(DataError, match=r"missing field 'problem' \(our 'problem'\); also looked for 'question', "
+                                         r"'prompt', 'query'; the row has 'text', 'label'"):
+        load_problems(f)
+    g = write_lines(tmp_path / "y.jsonl", [{"problem": "x", "answer": None}])
+    with pytest.raises(DataError, match=rf"{g}:1: field 'answer' \(our 'answer'\) is null"):
+        load_problems(g)
+    h = write_lines(tmp_path / "z.jsonl", [{"q": "x", "answer": "1"}])
+    with pytest.raises(DataError, match=r"z.jsonl:1: missing field 'qq' \(our 'problem'\); the row has 'q', 'answer'$"):
+        load_problems(h, fields={"problem": "qq"})  # an explicit mapping: no aliases looked for
+
+
 def test_argument_errors(tmp_path):
     f = write_lines(tmp_path / "a.jsonl", [row(1)])
     with pytest.raises(ValueError, match="on_error must be one of raise, skip"):

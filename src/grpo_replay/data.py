@@ -6,7 +6,10 @@ A problem set comes from one of three places:
 * a directory plus a name: ``<dir>/<name>.jsonl`` (or ``<dir>/<split>.jsonl`` when no name is given);
 * a Hugging Face dataset name, loaded with :func:`datasets.load_dataset` (needs the hub or a local cache).
 
-Field names of the source can be mapped onto ours with ``fields={"problem": "question", ...}``.
+A ``.json`` file may also hold one array of such objects. Field names of the source can be mapped onto ours with
+``fields={"problem": "question", ...}``; without a mapping, a row that lacks ``problem`` or ``answer`` is read with
+the names the common math sets use instead (:data:`ALIASES`: GSM8K's ``question``, MATH's ``solution`` with its
+last ``\\boxed{}``), and a GSM8K answer (worked solution, then ``#### 72``) becomes its final number.
 A malformed row raises :class:`DataError` naming the file and line; with ``on_error="skip"`` such rows are
 skipped instead, counted in :attr:`ProblemList.skipped` and reported with a warning.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +31,12 @@ FIELDS = ("id", "problem", "answer", "source")
 REQUIRED_FIELDS = ("problem", "answer")  # id and source get defaults (file stem + line number / file name)
 ON_ERROR = ("raise", "skip")
 SPLITS = ("train", "test")
+# Other sets' names for our fields, tried in order when a row lacks ours and `fields` does not map it: GSM8K and
+# many RLVR sets say "question", TRL-style sets "prompt" (a string; a chat-message list is refused as not a string),
+# MATH (hendrycks) has only a worked "solution", whose last \boxed{} is the answer.
+ALIASES = {"problem": ("question", "prompt", "query"), "answer": ("solution",)}
+_GSM8K_FINAL = re.compile(r"####\s*(\S.*?)\s*$", re.S)
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -143,15 +153,16 @@ def load_problems(
         rows = _jsonl_rows(path)
         where = str(path)
     elif path.is_file():
-        rows, where = _jsonl_rows(path), str(path)
+        rows, where = (_json_array_rows(path) if _is_json_array(path) else _jsonl_rows(path)), str(path)
     elif str(spec).endswith((".jsonl", ".json")) or (os.sep in str(spec) and path.parent.is_dir()):
         # Looks like a local path that is missing; do not silently try the hub with it.
         raise FileNotFoundError(f"data file {spec} does not exist")
     else:
         rows, where = _hf_rows(str(spec), name, split), f"hf:{spec}"
 
-    default_source = path.name if path.suffix == ".jsonl" else str(spec)
-    id_prefix = path.stem if path.suffix == ".jsonl" else str(spec).replace("/", "_")
+    local = path.suffix in (".jsonl", ".json")
+    default_source = path.name if local else str(spec)
+    id_prefix = path.stem if local else str(spec).replace("/", "_")
     problems = ProblemList()
     for line_no, row in rows:
         if limit is not None and len(problems) >= limit:
@@ -179,10 +190,52 @@ def _field_mapping(fields: Optional[Mapping[str, str]]) -> dict[str, str]:
     return mapping
 
 
+def _is_json_array(path: Path) -> bool:
+    """A `.json` file whose first non-blank character is `[` (after an optional UTF-8 byte-order mark)."""
+    if path.suffix != ".json":
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return head.startswith(b"[")
+
+
+def _json_array_rows(path: Path) -> Iterable[tuple[int, Any]]:
+    """Yield (line on which the element starts, element) for a file holding one JSON array, so an error names the
+    line of the bad object as for JSONL. Broken JSON raises DataError even with on_error="skip": nothing after it
+    can be read, and skipping would silently drop the rest of the file."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise DataError(str(path), line, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    ws = re.compile(r"\s*")
+    while True:
+        i = ws.match(text, i).end()
+        line = text.count("\n", 0, i) + 1
+        if text.startswith("]", i):
+            return
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise DataError(str(path), exc.lineno, f"invalid JSON ({exc.msg}, column {exc.colno})") from None
+        except RecursionError:
+            raise DataError(str(path), line, "invalid JSON (nested too deeply)") from None
+        yield line, obj
+        i = ws.match(text, i).end()
+        if text.startswith(",", i):
+            i += 1
+        elif not text.startswith("]", i):
+            raise DataError(str(path), text.count("\n", 0, i) + 1, "invalid JSON (expected ',' or ']' after an array element)")
+
+
 def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
     """Yield (line number, parsed object or DataError); blank lines are skipped silently."""
     with open(path, "rb") as fh:  # bytes, so a bad encoding is reported per line rather than per file
         for line_no, raw in enumerate(fh, start=1):
+            if line_no == 1:  # editors on Windows save UTF-8 with a byte-order mark; it is not part of the JSON
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -223,14 +276,24 @@ def _to_problem(
     values: dict[str, str] = {}
     for ours in FIELDS:
         theirs = mapping[ours]
+        if theirs == ours and theirs not in row:  # not mapped by the caller: the common sets' names for it
+            theirs = next((a for a in ALIASES.get(ours, ()) if a in row), theirs)
         value = row.get(theirs)
         if value is None:
             if ours in REQUIRED_FIELDS:
-                raise DataError(where, line, f"missing field {theirs!r} (our {ours!r})")
+                if theirs in row:
+                    raise DataError(where, line, f"field {theirs!r} (our {ours!r}) is null")
+                also = ALIASES.get(ours, ()) if mapping[ours] == ours else ()
+                raise DataError(where, line, f"missing field {theirs!r} (our {ours!r})"
+                                + (f"; also looked for {', '.join(map(repr, also))}" if also else "")
+                                + f"; the row has {', '.join(map(repr, list(row)[:12])) or 'no fields'}")
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise DataError(where, line, f"field {theirs!r} must be a string or number, got {type(value).__name__}")
         values[ours] = str(value)  # numeric answers (e.g. AIME integers) become strings
+        if ours == "answer":
+            values[ours] = _final_answer(values[ours], from_solution=theirs == "solution" and mapping[ours] == ours,
+                                         where=where, line=line)
         if ours in REQUIRED_FIELDS and not values[ours].strip():
             raise DataError(where, line, f"empty field {theirs!r} (our {ours!r})")
     return Problem(
@@ -239,3 +302,20 @@ def _to_problem(
         answer=values["answer"].strip(),
         source=values.get("source", default_source),
     )
+
+
+def _final_answer(text: str, from_solution: bool, where: str, line: int) -> str:
+    """The gold final answer in `text`: the last \\boxed{} of a MATH worked solution, the number after GSM8K's
+    `####` (thousands commas dropped: graders compare `1,080` with a model's `1080` as different strings), else text."""
+    if from_solution:
+        from .eval.grading import extract_boxed
+
+        boxed = extract_boxed(text)
+        if boxed is None:
+            raise DataError(where, line, "field 'solution' (our 'answer', read from a worked solution) has no \\boxed{} answer")
+        return boxed
+    m = _GSM8K_FINAL.search(text)
+    if m and "\n" not in m.group(1):
+        final = m.group(1).strip()
+        return final.replace(",", "") if _THOUSANDS.fullmatch(final) else final
+    return text
