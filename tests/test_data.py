@@ -185,3 +185,21 @@ def test_shared_benchmarks_load(monkeypatch):
     assert counts == {"math500": 500, "aime25": 30, "aime26": 30, "hmmt_feb25": 30, "hmmt_feb26": 33}
     # Default data dir: ../shared/data relative to the checkout.
     assert resolve_benchmark("aime25").name == "aime25.jsonl"
+
+
+def test_a_hub_dataset_with_a_config_is_named_dataset_colon_config(monkeypatch):
+    """Offline, so datasets.load_dataset is replaced by a recorder; the rows are GSM8K's shape as the hub serves it."""
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None):
+        calls.append((path, name, split))
+        return [GSM8K_RAW]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    (p,) = load_problems("openai/gsm8k:main")
+    assert calls == [("openai/gsm8k", "main", "train")]
+    assert (p.id, p.answer, p.source) == ("openai_gsm8k_main-1", "72", "openai/gsm8k:main")
+    load_problems("HuggingFaceH4/MATH-500", split="test")
+    assert calls[-1] == ("HuggingFaceH4/MATH-500", None, "test")

@@ -4,7 +4,8 @@ A problem set comes from one of three places:
 
 * a JSONL file (one object per line with ``problem`` and ``answer``, optionally ``id`` and ``source``);
 * a directory plus a name: ``<dir>/<name>.jsonl`` (or ``<dir>/<split>.jsonl`` when no name is given);
-* a Hugging Face dataset name, loaded with :func:`datasets.load_dataset` (needs the hub or a local cache).
+* a Hugging Face dataset name, loaded with :func:`datasets.load_dataset` (needs the hub or a local cache);
+  ``DATASET:CONFIG`` names a config (``openai/gsm8k:main``).
 
 A ``.json`` file may also hold one array of such objects. Field names of the source can be mapped onto ours with
 ``fields={"problem": "question", ...}``; without a mapping, a row that lacks ``problem`` or ``answer`` is read with
@@ -158,11 +159,13 @@ def load_problems(
         # Looks like a local path that is missing; do not silently try the hub with it.
         raise FileNotFoundError(f"data file {spec} does not exist")
     else:
-        rows, where = _hf_rows(str(spec), name, split), f"hf:{spec}"
+        # `openai/gsm8k:main`: a dataset with several configs needs one named, and --data is a single string.
+        dataset, _, config = str(spec).partition(":")
+        rows, where = _hf_rows(dataset, name or config or None, split), f"hf:{spec}"
 
     local = path.suffix in (".jsonl", ".json")
     default_source = path.name if local else str(spec)
-    id_prefix = path.stem if local else str(spec).replace("/", "_")
+    id_prefix = path.stem if local else str(spec).replace("/", "_").replace(":", "_")
     problems = ProblemList()
     for line_no, row in rows:
         if limit is not None and len(problems) >= limit:

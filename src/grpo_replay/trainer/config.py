@@ -90,7 +90,8 @@ class TrainConfig:
     model_file: Optional[str] = None
     """A GGUF file inside the `model` directory (or hub repo), e.g. NAME.gguf; None = a regular checkpoint."""
     data: Optional[str] = None
-    """Training prompts: a JSONL file, a directory, or a Hugging Face dataset name (with --model)."""
+    """Training prompts (with --model): a JSONL file, a .json array, a directory, word_sums, or a Hugging Face dataset
+    name (DATASET:CONFIG names a config, e.g. openai/gsm8k:main); GSM8K and MATH field names are read as theirs."""
     reward: str = "testbed"
     """testbed (the synthetic task's exact-match reward) | math (math-verify grading of a \\boxed{} answer)."""
     heldout_data: Optional[str] = None
