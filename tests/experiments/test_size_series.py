@@ -137,3 +137,14 @@ def test_a_real_series_end_to_end(tmp_path, capsys):
         assert f"--testbed {size}" in sub["command"] and "--arms paper" in sub["command"]
     assert res["trend"]["n"] == 3 and res["trend"]["mean"] is not None
     assert res["claim"]["verdict"] in (claims.HOLDS, claims.WEAK, claims.FAILS)
+
+
+def test_a_second_series_into_one_out_is_refused_while_the_first_holds_it(tmp_path, capsys):
+    from grpo_replay.trainer.rundir import exclusive
+
+    out = tmp_path / "series"
+    with exclusive(out, ".grpo-replay-size-series.lock", "grpo-replay compare --size-series"):  # the first series
+        assert main(["compare", "--size-series", "--seeds", "1", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} is in use by another grpo-replay compare --size-series (pid " in err
+    assert sorted(p.name for p in out.iterdir()) == [".grpo-replay-size-series.lock"]  # no size was started

@@ -157,6 +157,33 @@ def test_two_trainings_into_one_directory_at_once_exactly_one_runs(reference_run
     assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3]
 
 
+TINY_COMPARE = ["--arms", "paper", "--seeds", "1", "--jobs", "1", "--no-progress",
+                "--set", "steps=2", "--set", "prompts_per_step=4", "--set", "group_size=4", "--set", "eval_every=2",
+                "--set", "eval_problems=8", "--set", "eval_samples=2", "--set", "checkpoint_every=0",
+                "--set", "testbed.num_layers=1", "--set", "testbed.warmstart_max_steps=4",
+                "--set", "testbed.warmstart_min_steps=0", "--set", "testbed.warmstart_eval_every=2",
+                "--set", "testbed.warmstart_eval_problems=8"]
+
+
+def test_two_compares_into_one_out_at_once_the_second_is_refused(run_cli, tmp_path):
+    """Two real `grpo-replay compare` processes started together on one --out: one runs, the other exits 2 naming
+    the holder, before it trains or writes anything (they would race for the same runs and reports)."""
+    out = tmp_path / "cmp"
+    args = ["compare", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *TINY_COMPARE]
+    procs = [run_cli(args, tmp_path / f"{i}.log") for i in range(2)]
+    codes = [p.wait(timeout=300) for p in procs]
+    logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
+    assert sorted(codes) == [0, 2], logs
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    assert f"{out} is in use by another grpo-replay compare (pid {procs[winner].pid})" in logs[loser], logs[loser]
+    assert "Traceback" not in logs[loser] and "done " not in logs[loser]
+    res = json.loads((out / "report" / "results.json").read_text())
+    assert res["run_info"]["ran"] == 2 and res["missing_runs"] == []
+    # the winner is gone, so its lock is free: the same command now reuses both runs
+    assert main(args) == 0
+    assert json.loads((out / "report" / "results.json").read_text())["run_info"]["skipped"] == 2
+
+
 def test_a_stale_lock_of_a_dead_process_is_taken_over(reference_run, train_args, tmp_path):
     out = _copy_run(reference_run, tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -7,6 +7,7 @@ plots. `--quick` is a seconds-scale setting for the test suite; the default (ful
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -104,10 +105,12 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+COMPARE_LOCK = ".grpo-replay-compare.lock"
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import configio
-    from .report import build_report
-    from .runner import execute, plan
+    from .runner import plan
 
     if getattr(args, "size_series", False):
         from . import size_series
@@ -173,6 +176,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'done' if s.done else 'todo'}  {s.arm:<13} seed {s.seed}  {s.run_dir}{todo_b}")
         print(f"{len(specs)} runs ({sum(s.done for s in specs)} finished); comparisons: {', '.join(comparisons)}")
         return 0
+
+    from ..trainer.rundir import RunDirError, exclusive
+
+    # Two compares into one --out would race for the same runs (each run is locked, so the loser's runs fail) and
+    # write one report over the other; the second is refused up front instead.
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive(out, COMPARE_LOCK, "grpo-replay compare"))
+        except RunDirError as e:
+            print(f"grpo-replay compare: error: {e}", file=sys.stderr)
+            return 2
+        return _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench)
+
+
+def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench) -> int:
+    from .report import build_report
+    from .runner import execute
 
     info = {"runs": len(specs), "ran": 0, "skipped": len(specs), "jobs": jobs, "wall_s": 0.0, "failed": []}
     if not args.report_only:

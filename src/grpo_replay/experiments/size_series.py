@@ -11,6 +11,7 @@ tests the trend: the least-squares slope of the per-seed gain on log4(parameters
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -45,6 +46,20 @@ def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], in
                   f"({', '.join(SIZE_SERIES)}); it cannot go with {flag}", file=sys.stderr)
             return 2
     out = Path(args.out or "runs/compare-size-series")
+    if args.dry_run:
+        return _run_sizes(args, run_compare, out)
+    from ..trainer.rundir import RunDirError, exclusive
+
+    with contextlib.ExitStack() as stack:
+        try:  # each size's compare locks out/<size>; this keeps a second series from interleaving with the first
+            stack.enter_context(exclusive(out, ".grpo-replay-size-series.lock", "grpo-replay compare --size-series"))
+        except RunDirError as e:
+            print(f"grpo-replay compare: error: {e}", file=sys.stderr)
+            return 2
+        return _run_sizes(args, run_compare, out)
+
+
+def _run_sizes(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int], out: Path) -> int:
     report_dir = Path(args.report_dir) if args.report_dir else out / "report"
     rc = 0
     for size in SIZE_SERIES:

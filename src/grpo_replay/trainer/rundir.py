@@ -169,11 +169,39 @@ def _holder(lock: Path) -> str:
     return "pid unknown"
 
 
+def _lock(fd: int, lock: Path, in_use: str) -> None:
+    """Take the flock of the open `lock` file without waiting and write our pid into it; when another process holds
+    it, raise RunDirError(in_use, with the holder's pid filled in for `{holder}`)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunDirError(in_use.format(holder=_holder(lock))) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode())
+
+
+@contextlib.contextmanager
+def exclusive(directory: Path, name: str, what: str) -> Iterator[Path]:
+    """Hold `directory/name` locked for the block: one `what` (e.g. "grpo-replay compare") at a time in directory.
+    The kernel drops the lock when its process dies, so a killed holder's lock is taken over."""
+    lock = Path(directory) / name
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise RunDirError(f"{directory} is not writable: {e.strerror or e}") from None
+    try:
+        _lock(fd, lock, f"{directory} is in use by another {what} ({{holder}}); wait for it to end or give another --out")
+        yield Path(directory)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 @contextlib.contextmanager
 def claim(cfg) -> Iterator[Path]:
     """Check, lock and prepare cfg.run_dir (see the module docstring); yields it, unlocks on exit."""
-    import fcntl
-
     run_dir = cfg.run_dir
     check_path(cfg.out_dir, run_dir)
     _refuse_foreign(run_dir)
@@ -186,15 +214,7 @@ def claim(cfg) -> Iterator[Path]:
     except OSError as e:
         raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is not writable: {e.strerror or e}") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(
-                f"{run_dir} is in use by another grpo-replay run ({_holder(lock)}); "
-                f"wait for it to end or give another --out"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode())
+        _lock(fd, lock, f"{run_dir} is in use by another grpo-replay run ({{holder}}); wait for it to end or give another --out")
         try:
             done = _check_resume(cfg, run_dir)  # under the lock: no other run can change config.yaml meanwhile
         except RunDirError:
