@@ -43,3 +43,10 @@ def test_run_commits_line_names_runs_older_code_made():
     assert run_commits_line({"old": 1}, "abc") == "Its runs were made at commit `old` (1 run); each run's summary.json records its own."
     line = run_commits_line({"b": 2, "a": 2, "c": 5}, "c")
     assert line.startswith("Its runs were made at commit `c` (5 runs), `a` (2 runs), `b` (2 runs);")  # most first, ties by name
+
+
+def test_runs_that_did_not_record_their_commit_are_counted_as_such():
+    assert run_commits_line({"not recorded": 3}, "abc") == "3 runs did not record the code that made them (made before runs recorded it)."
+    assert run_commits_line({"old": 2, "not recorded": 1}, "abc") == (
+        "Its runs were made at commit `old` (2 runs); each run's summary.json records its own. "
+        "1 run did not record the code that made it (made before runs recorded it).")

@@ -64,7 +64,10 @@ def integral(value: Any) -> int | None:
             d = decimal.Decimal(value.strip().replace("_", ""))
         except decimal.InvalidOperation:
             return None
-        return int(d) if d.is_finite() and d == d.to_integral_value() else None
+        # Above 10^18 no count here makes sense, and int(Decimal("1e999999")) takes half a minute to build.
+        if not d.is_finite() or d.adjusted() > 18:
+            return None
+        return int(d) if d == d.to_integral_value() else None
     return None
 
 

@@ -167,13 +167,21 @@ def load_problems(
     default_source = path.name if local else str(spec)
     id_prefix = path.stem if local else str(spec).replace("/", "_").replace(":", "_")
     problems = ProblemList()
-    for line_no, row in rows:
+    # A default id is `<stem>-<line>`, or `<stem>-<position>` in a JSON array, whose elements may share a line.
+    by_position = path.is_file() and _is_json_array(path)
+    first_line: dict[str, int] = {}
+    for position, (line_no, row) in enumerate(rows, start=1):
         if limit is not None and len(problems) >= limit:
             break
         try:
             if isinstance(row, DataError):
                 raise row
-            problems.append(_to_problem(row, mapping, where, line_no, default_source, id_prefix))
+            p = _to_problem(row, mapping, where, line_no, default_source, id_prefix, position if by_position else line_no)
+            # Completions, grades and caches are keyed by id: two problems with one id would share them.
+            if p.id in first_line:
+                raise DataError(where, line_no, f"id {p.id!r} repeats the one on line {first_line[p.id]}; ids must be unique")
+            first_line[p.id] = line_no
+            problems.append(p)
         except DataError as err:
             if on_error == "raise":
                 raise
@@ -206,31 +214,47 @@ def _json_array_rows(path: Path) -> Iterable[tuple[int, Any]]:
     """Yield (line on which the element starts, element) for a file holding one JSON array, so an error names the
     line of the bad object as for JSONL. Broken JSON raises DataError even with on_error="skip": nothing after it
     can be read, and skipping would silently drop the rest of the file."""
+    raw = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise DataError(str(path), line, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    dec = json.JSONDecoder()
-    i = text.index("[") + 1
-    ws = re.compile(r"\s*")
-    while True:
-        i = ws.match(text, i).end()
-        line = text.count("\n", 0, i) + 1
-        if text.startswith("]", i):
-            return
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            raise DataError(str(path), exc.lineno, f"invalid JSON ({exc.msg}, column {exc.colno})") from None
-        except RecursionError:
-            raise DataError(str(path), line, "invalid JSON (nested too deeply)") from None
-        yield line, obj
-        i = ws.match(text, i).end()
-        if text.startswith(",", i):
-            i += 1
-        elif not text.startswith("]", i):
-            raise DataError(str(path), text.count("\n", 0, i) + 1, "invalid JSON (expected ',' or ']' after an array element)")
+        raise DataError(str(path), raw[: exc.start].count(b"\n") + 1,
+                        f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    dec, ws = json.JSONDecoder(), re.compile(r"\s*")
+    seen, line = 0, 1  # lines are counted forward from the last position, never from the start again
+
+    def line_at(i: int) -> int:
+        nonlocal seen, line
+        line += text.count("\n", seen, i)
+        seen = i
+        return line
+
+    def broken(i: int, what: str) -> DataError:
+        return DataError(str(path), line_at(i), f"invalid JSON ({what})")
+
+    i = ws.match(text, text.index("[") + 1).end()
+    if text.startswith("]", i):
+        i += 1
+    else:
+        while True:
+            try:
+                obj, end = dec.raw_decode(text, i)
+            except json.JSONDecodeError as exc:
+                raise DataError(str(path), exc.lineno, f"invalid JSON ({exc.msg}, column {exc.colno})") from None
+            except RecursionError:
+                raise broken(i, "nested too deeply") from None
+            yield line_at(i), obj
+            i = ws.match(text, end).end()
+            if text.startswith("]", i):
+                i += 1
+                break
+            if not text.startswith(",", i):
+                raise broken(i, "expected ',' or ']' after an array element")
+            i = ws.match(text, i + 1).end()
+            if text.startswith("]", i):
+                raise broken(i, "a ',' before the closing ']'")
+    if text[i:].strip():
+        raise broken(ws.match(text, i).end(), "text after the array's closing ']'")
 
 
 def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
@@ -272,7 +296,7 @@ def _hf_rows(dataset: str, name: Optional[str], split: str) -> Iterable[tuple[in
 
 
 def _to_problem(
-    row: Any, mapping: dict[str, str], where: str, line: int, default_source: str, id_prefix: str
+    row: Any, mapping: dict[str, str], where: str, line: int, default_source: str, id_prefix: str, number: int
 ) -> Problem:
     if not isinstance(row, dict):
         raise DataError(where, line, f"expected a JSON object, got {type(row).__name__}")
@@ -300,7 +324,7 @@ def _to_problem(
         if ours in REQUIRED_FIELDS and not values[ours].strip():
             raise DataError(where, line, f"empty field {theirs!r} (our {ours!r})")
     return Problem(
-        id=values.get("id", f"{id_prefix}-{line}"),
+        id=values.get("id", f"{id_prefix}-{number}"),
         problem=values["problem"],
         answer=values["answer"].strip(),
         source=values.get("source", default_source),

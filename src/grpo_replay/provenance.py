@@ -48,6 +48,9 @@ def describe(p: dict[str, str] | None = None) -> str:
             f"{p['machine']}")
 
 
+UNRECORDED = "not recorded"  # the run_commits key of runs whose summary.json has no provenance
+
+
 def run_commits_line(counts: dict[str, int], report_commit: str | None) -> str | None:
     """A report's sentence on the code its runs were made with, or None when every run was made at `report_commit`.
 
@@ -55,5 +58,13 @@ def run_commits_line(counts: dict[str, int], report_commit: str | None) -> str |
     that an older commit made; its own "Code:" line names only the commit that wrote the report."""
     if not counts or set(counts) == {report_commit}:
         return None
-    parts = [f"`{c}` ({n} run{'s' if n != 1 else ''})" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return "Its runs were made at commit " + ", ".join(parts) + "; each run's summary.json records its own."
+    runs = lambda n: f"{n} run{'s' if n != 1 else ''}"  # noqa: E731
+    known = sorted(((c, n) for c, n in counts.items() if c != UNRECORDED), key=lambda kv: (-kv[1], kv[0]))
+    parts = []
+    if known:
+        parts.append("Its runs were made at commit " + ", ".join(f"`{c}` ({runs(n)})" for c, n in known)
+                     + "; each run's summary.json records its own")
+    if counts.get(UNRECORDED):
+        parts.append(f"{runs(counts[UNRECORDED])} did not record the code that made {'them' if counts[UNRECORDED] != 1 else 'it'}"
+                     " (made before runs recorded it)")
+    return ". ".join(parts) + "."

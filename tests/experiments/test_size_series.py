@@ -139,6 +139,12 @@ def test_a_real_series_end_to_end(tmp_path, capsys):
     assert res["claim"]["verdict"] in (claims.HOLDS, claims.WEAK, claims.FAILS)
 
 
+def test_size_series_refuses_a_set_testbed_preset_naming_it(tmp_path, capsys):
+    assert main(["compare", "--size-series", "--set", "testbed_preset=large", "--out", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "it cannot go with --set testbed_preset=..." in err and "--testbed small" not in err
+
+
 def test_a_second_series_into_one_out_is_refused_while_the_first_holds_it(tmp_path, capsys):
     from grpo_replay.trainer.rundir import exclusive
 

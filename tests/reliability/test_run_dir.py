@@ -72,6 +72,21 @@ def test_a_long_integer_in_exponent_notation_is_not_rounded_through_float():
     assert command.configio.integral("1.2345678901234567e16") == 12345678901234567  # float() would round it
 
 
+def test_an_absurd_exponent_is_refused_at_once_not_built():
+    t0 = time.perf_counter()
+    assert command.configio.integral("1e999999999") is None  # int(Decimal(...)) of it would run for minutes
+    assert command.configio.integral("1e18") == 10**18 and command.configio.integral("1e19") is None
+    assert time.perf_counter() - t0 < 1
+
+
+def test_a_directory_lock_message_survives_braces_in_the_path(tmp_path):
+    d = tmp_path / "out{x}"
+    with rundir.exclusive(d, ".l", "grpo-replay compare"):
+        with pytest.raises(rundir.RunDirError, match=r"out\{x\} is in use by another grpo-replay compare \(pid "):
+            with rundir.exclusive(d, ".l", "grpo-replay compare"):
+                pass
+
+
 @pytest.mark.parametrize("text", ["1.5", "1e-3", "inf", "nan", "ten", "true"])
 def test_integer_keys_reject_what_is_not_a_whole_number(text, capsys):
     with pytest.raises(command.configio.ConfigError, match="has the wrong type; expected int"):
@@ -100,6 +115,17 @@ def test_a_key_given_twice_on_the_command_line_is_refused_not_last_wins(argv, sh
             in capsys.readouterr().err) and not (tmp_path / "c").exists()
     assert main(["compare", "--set", "lr=1e-3", "--set", "lr=1e-3", "--out", str(tmp_path / "c"), "--dry-run"]) == 2
     assert "lr is given twice" in capsys.readouterr().err
+    assert main(["compare", "--backend", "trl", "--set", "backend=builtin", "--out", str(tmp_path / "c"), "--dry-run"]) == 2
+    assert "backend is given twice on the command line (--backend trl and --set backend=builtin)" in capsys.readouterr().err
+
+
+def test_compare_takes_integer_keys_in_any_notation(tmp_path, capsys):
+    """The arms and the plan read steps and prompts_per_step before any run resolves its config."""
+    argv = ["compare", "--arms", "paper", "--seeds", "1", "--out", str(tmp_path / "c"), "--dry-run"]
+    assert main([*argv, "--set", "steps=1e3", "--set", "prompts_per_step=3.2e1"]) == 0
+    a = capsys.readouterr().out
+    assert main([*argv, "--set", "steps=1000", "--set", "prompts_per_step=32"]) == 0
+    assert capsys.readouterr().out == a  # the same runs (same config hashes)
 
 
 def test_nonfinite_lr_is_rejected_naming_the_key(tmp_path, capsys):

@@ -106,6 +106,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 COMPARE_LOCK = ".grpo-replay-compare.lock"
+# (flag, argparse dest, config key) of compare's flags that set a training config key.
+_KEYED_FLAGS = (("--report-to", "report_to", "report_to"), ("--testbed", "testbed", "testbed_preset"),
+                ("--backend", "backend", "backend"), ("--model", "model", "model"), ("--model-file", "model_file", "model_file"),
+                ("--data", "data", "data"), ("--reward", "reward", "reward"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,12 +150,14 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or os.cpu_count() or 1
 
     try:
-        given = {}
-        if getattr(args, "report_to", None):
-            given["report_to"] = f"--report-to {' '.join(args.report_to)}"
-        if getattr(args, "testbed", None):
-            given["testbed_preset"] = f"--testbed {args.testbed}"
+        # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
+        given = {key: f"{flag} {' '.join(map(str, v)) if isinstance(v, list) else v}" for flag, name, key in _KEYED_FLAGS
+                 if (v := getattr(args, name, None)) is not None}
         extra = configio.parse_sets(args.set, given)
+        from ..trainer.config import FIELDS
+
+        # Typed now (1e3 -> 1000): the arms and the plan read steps and prompts_per_step before any run resolves them.
+        extra = {k: configio.check_value(k, v, FIELDS[k][0]) if k in FIELDS else v for k, v in extra.items()}
         if getattr(args, "report_to", None):
             extra["report_to"] = args.report_to
         if testbed != "default":

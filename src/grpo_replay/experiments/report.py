@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import plots
-from ..provenance import describe, provenance, run_commits_line
+from ..provenance import UNRECORDED, describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .benchmarks import BenchSettings
 from .claims import check_claims
@@ -54,7 +54,7 @@ def build_report(
         "missing_runs": missing,
         "run_info": run_info or {},
         "provenance": provenance(),
-        "run_commits": dict(Counter(r.commit or "not recorded" for rs in runs.values() for r in rs)),
+        "run_commits": dict(Counter(r.commit or UNRECORDED for rs in runs.values() for r in rs)),
         "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
         # One warm start per seed, shared by every arm (the size series reads each size's from here).
         "warm_starts": {str(r.seed): r.warm_start for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)},

@@ -40,8 +40,9 @@ def n_params(size: str) -> int:
 
 def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int]) -> int:
     """Run (or resume) one `compare` per size, then write the series report. Returns the worst exit status."""
-    for flag, name in _FIXED:
-        if getattr(args, name, None):
+    set_keys = {item.split("=", 1)[0].strip() for item in (args.set or [])}
+    for flag, name in (*_FIXED, ("--set testbed_preset=...", "testbed_preset")):
+        if getattr(args, name, None) or (name == "testbed_preset" and name in set_keys):
             print(f"grpo-replay compare: --size-series runs the main comparison on each named size "
                   f"({', '.join(SIZE_SERIES)}); it cannot go with {flag}", file=sys.stderr)
             return 2

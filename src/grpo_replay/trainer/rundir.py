@@ -171,13 +171,13 @@ def _holder(lock: Path) -> str:
 
 def _lock(fd: int, lock: Path, in_use: str) -> None:
     """Take the flock of the open `lock` file without waiting and write our pid into it; when another process holds
-    it, raise RunDirError(in_use, with the holder's pid filled in for `{holder}`)."""
+    it, raise RunDirError(f"{in_use} ({holder's pid}); wait for it to end or give another --out")."""
     import fcntl
 
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise RunDirError(in_use.format(holder=_holder(lock))) from None
+        raise RunDirError(f"{in_use} ({_holder(lock)}); wait for it to end or give another --out") from None
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}).encode())
 
@@ -193,7 +193,7 @@ def exclusive(directory: Path, name: str, what: str) -> Iterator[Path]:
     except OSError as e:
         raise RunDirError(f"{directory} is not writable: {e.strerror or e}") from None
     try:
-        _lock(fd, lock, f"{directory} is in use by another {what} ({{holder}}); wait for it to end or give another --out")
+        _lock(fd, lock, f"{directory} is in use by another {what}")
         yield Path(directory)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -214,7 +214,7 @@ def claim(cfg) -> Iterator[Path]:
     except OSError as e:
         raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is not writable: {e.strerror or e}") from None
     try:
-        _lock(fd, lock, f"{run_dir} is in use by another grpo-replay run ({{holder}}); wait for it to end or give another --out")
+        _lock(fd, lock, f"{run_dir} is in use by another grpo-replay run")
         try:
             done = _check_resume(cfg, run_dir)  # under the lock: no other run can change config.yaml meanwhile
         except RunDirError:
