@@ -215,6 +215,34 @@ def test_warm_start_cache_and_determinism(tmp_path, monkeypatch):
     assert not all(torch.equal(w1[k], v) for k, v in _weights(m4).items())
 
 
+@pytest.mark.parametrize("damage", ["truncated weights", "one weight byte flipped", "info.json not JSON",
+                                    "tokenizer.json removed"])
+def test_a_damaged_warm_start_cache_is_recomputed_not_a_crash(tmp_path, damage):
+    """A cache hit that cannot be read, or whose weights are not the ones it recorded, is recomputed (a warning says
+    so): the warm start is deterministic, so the result is the same model."""
+    cfg = TestbedConfig.tiny(cache_dir=str(tmp_path))
+    m1, _, info1 = warm_start(cfg, progress=False)
+    path = cfg.cache_path()
+    weights = path / "model.safetensors"
+    if damage == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "one weight byte flipped":  # still a valid file: only the recorded checksum can tell
+        b = bytearray(weights.read_bytes())
+        b[-3] ^= 0x01
+        weights.write_bytes(bytes(b))
+    elif damage == "info.json not JSON":
+        (path / "info.json").write_text("{not json")
+    else:
+        (path / "tokenizer.json").unlink()
+    with pytest.warns(UserWarning, match="cached testbed warm start is unreadable"):
+        m2, _, info2 = warm_start(cfg, progress=False)
+    assert not info2["from_cache"] and info2["step"] == info1["step"]
+    w1, w2 = _weights(m1), _weights(m2)
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    _, _, info3 = warm_start(cfg, progress=False)  # and the cache is whole again
+    assert info3["from_cache"] and json.loads((path / "info.json").read_text())["weights_sha256"]
+
+
 def test_cache_dir_default(monkeypatch, tmp_path):
     monkeypatch.setenv("GRPO_REPLAY_CACHE", str(tmp_path))
     cfg = TestbedConfig()

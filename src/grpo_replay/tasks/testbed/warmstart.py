@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from .task import TestbedTask
 from .tokenizer import build_tokenizer
 
 INFO_FILE = "info.json"
+WEIGHTS_SHA = "weights_sha256"  # in info.json: the checksum of model.safetensors, checked on every load
 _SELECTION_SEED_OFFSET = 7919  # selection set != the default held-out set of the trainer
 
 
@@ -146,14 +148,35 @@ def train_warm_start(cfg: TestbedConfig, progress: bool = True):
     return model, tokenizer, info
 
 
+class CorruptCacheError(RuntimeError):
+    """A cached warm start that cannot be read, or whose weights differ from the ones it recorded."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def load_cached(path: str | os.PathLike):
-    """Load ``(model, tokenizer, info)`` saved by :func:`warm_start`."""
+    """Load ``(model, tokenizer, info)`` saved by :func:`warm_start`; CorruptCacheError if it cannot be read or its
+    weights are not the ones it recorded (caches made before the checksum was recorded are taken as they are)."""
     path = Path(path)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    try:
+        info = json.loads((path / INFO_FILE).read_text())
+        if not isinstance(info, dict):
+            raise ValueError(f"{INFO_FILE} holds a {type(info).__name__}, not an object")
+        want = info.get(WEIGHTS_SHA)
+        if want is not None and _sha256(path / "model.safetensors") != want:
+            raise ValueError("model.safetensors differs from the checksum info.json recorded for it")
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - safetensors, JSON, tokenizers and OS errors all mean "unreadable"
+        raise CorruptCacheError(f"{path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     model.eval()
-    info = json.loads((path / INFO_FILE).read_text())
     return model, tokenizer, info
 
 
@@ -171,12 +194,19 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
     cfg = cfg or TestbedConfig()
     path = cfg.cache_path()
     if not force and _is_complete(path):
-        model, tokenizer, info = load_cached(path)
-        info.update(from_cache=True, cache_path=str(path))
-        if progress:
-            print(f"[testbed warm start] loaded {path} (pass@1 {info['pass_rate']:.3f})",
-                  file=sys.stderr, flush=True)
-        return model, tokenizer, info
+        try:
+            model, tokenizer, info = load_cached(path)
+        except CorruptCacheError as e:
+            # The warm start is a deterministic function of its config: recomputing it gives the same model, so a
+            # damaged cache (a full disk, an interrupted copy, an edit) costs time, not a failed run.
+            warnings.warn(f"cached testbed warm start is unreadable ({e}); recomputing it", stacklevel=2)
+            force = True
+        else:
+            info.update(from_cache=True, cache_path=str(path))
+            if progress:
+                print(f"[testbed warm start] loaded {path} (pass@1 {info['pass_rate']:.3f})",
+                      file=sys.stderr, flush=True)
+            return model, tokenizer, info
     model, tokenizer, info = train_warm_start(cfg, progress=progress)
     if info["stop_reason"] == "max_seconds":
         # Where the cap cut the loop depends on the machine's speed and load: caching it would make every later
@@ -193,6 +223,7 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        info[WEIGHTS_SHA] = _sha256(tmp / "model.safetensors")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=1))
         if _is_complete(path) and not force:
             # Another process (a parallel test worker, a second run) finished the same deterministic warm
