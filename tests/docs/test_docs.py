@@ -104,9 +104,33 @@ def shell_script(s: Snippet) -> str:
             continue
         if extra and re.search(r"(^|[\s/])grpo-replay\s|benchmarks/\S+\.py", line + " "):
             code, hash_, comment = line.partition(" #")
-            line = f"{code.rstrip()} {extra}" + (f" #{comment}" if hash_ else "")
+            line = with_args(code.rstrip(), extra) + (f" #{comment}" if hash_ else "")
         lines.append(line)
     return "set -euo pipefail\n" + "\n".join(lines) + "\n"
+
+
+def with_args(code: str, extra: str) -> str:
+    """`code` with each setting of `extra` put in: a `--set KEY=V` or `--flag V` the command already has gets the new
+    value in place (the command refuses a key given twice), anything else is appended."""
+    toks, out = shlex.split(extra), []
+    i = 0
+    while i < len(toks):
+        flag = toks[i]
+        value = toks[i + 1] if i + 1 < len(toks) and not toks[i + 1].startswith("--") else None
+        i += 2 if value is not None else 1
+        if flag == "--set" and value is not None:
+            key = value.split("=", 1)[0]
+            pattern = rf"(--set\s+){re.escape(key)}=\S+"
+            repl = f"--set {shlex.quote(value)}"
+        elif value is not None:
+            pattern, repl = rf"{re.escape(flag)}\s+(?!--)\S+", f"{flag} {shlex.quote(value)}"
+        else:
+            pattern, repl = rf"{re.escape(flag)}(?=\s|$)", flag
+        if re.search(pattern, code):
+            code = re.sub(pattern, lambda _m: repl, code, count=1)
+        else:
+            out += [flag] + ([shlex.quote(value)] if value is not None else [])
+    return " ".join([code, *out]) if out else code
 
 
 def test_shell_script_appends_args_and_skips(tmp_path):
@@ -117,6 +141,13 @@ def test_shell_script_appends_args_and_skips(tmp_path):
         "grpo-replay train --seed 1 --set steps=2 # a comment",
         "grpo-replay eval --model m     --n 2 --set steps=2",
     ]
+
+
+def test_args_replace_a_setting_the_command_already_has():
+    """The CLI refuses a key given twice, so a budget in `args` replaces the documented value instead of following it."""
+    assert with_args("grpo-replay train --set max_new_tokens=16 --steps 5 --no-progress",
+                     "--set max_new_tokens=8 --steps 2 --set lr=1e-3 --no-progress --seeds 1") == (
+        "grpo-replay train --set max_new_tokens=8 --steps 2 --no-progress --set lr=1e-3 --seeds 1")
 
 
 def sandbox(tmp_path: Path) -> Path:

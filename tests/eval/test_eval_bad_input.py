@@ -25,7 +25,7 @@ def test_empty_benchmark_file_is_an_error(tiny_model_dir, tmp_path, capsys):
     (["--top-p", "nan"], "top_p must be in (0, 1], got nan"),
     (["--grade-timeout", "0"], "grade_timeout must be a finite number of seconds > 0, got 0.0"),
     (["--grade-timeout", "nan"], "grade_timeout must be a finite number of seconds > 0, got nan"),
-    (["--grade-workers", "0"], "grade_workers must be >= 1 (or unset: by batch size), got 0"),
+    (["--grade-workers", "-1"], "grade_workers must be >= 0 (0 grades in this process; unset: by batch size), got -1"),
     (["--aes-weights", "1", "nan", "5"], "aes_weights (alpha, beta, gamma) must be three finite numbers >= 0, got (1.0, nan, 5.0)"),
     (["--n", "1e1", "--k", "16"], "k values [16] are invalid: each k must satisfy 1 <= k <= n=10"),
 ])

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]")
     parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16")
-    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (default: by batch size)")
+    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)")
     parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer")
     parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"))
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the generation cache")

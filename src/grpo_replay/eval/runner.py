@@ -55,8 +55,8 @@ class EvalSettings:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
-        if self.grade_workers is not None and self.grade_workers < 1:
-            raise ValueError(f"grade_workers must be >= 1 (or unset: by batch size), got {self.grade_workers}")
+        if self.grade_workers is not None and self.grade_workers < 0:
+            raise ValueError(f"grade_workers must be >= 0 (0 grades in this process; unset: by batch size), got {self.grade_workers}")
         if not (math.isfinite(self.grade_timeout) and self.grade_timeout > 0):
             raise ValueError(f"grade_timeout must be a finite number of seconds > 0, got {self.grade_timeout}")
         if len(self.aes_weights) != 3 or not all(math.isfinite(w) and w >= 0 for w in self.aes_weights):
