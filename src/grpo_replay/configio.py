@@ -143,6 +143,11 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def as_given(flag: str, value: Any) -> str:
+    """How a flag was typed, for the "given twice" message: `--steps 10`, `--report-to tensorboard wandb`."""
+    return " ".join([flag, *map(str, value if isinstance(value, (list, tuple)) else [value])])
+
+
 def parse_sets(items: list[str], given: dict[str, str] | None = None) -> dict[str, Any]:
     """`--set KEY=VALUE` items as {key: parsed value}. `given` maps keys already set on the same command line by a
     flag to how it was written (`steps` -> `--steps 10`); it is updated with the items.

@@ -146,6 +146,7 @@ def load_problems(
     mapping = _field_mapping(fields)
 
     path = Path(spec)
+    array = False  # a .json file holding one array: ids by position, since its elements may share a line
     if path.is_dir():
         stem = name or split
         path = path / f"{stem}.jsonl"
@@ -154,7 +155,8 @@ def load_problems(
         rows = _jsonl_rows(path)
         where = str(path)
     elif path.is_file():
-        rows, where = (_json_array_rows(path) if _is_json_array(path) else _jsonl_rows(path)), str(path)
+        array = _is_json_array(path)
+        rows, where = (_json_array_rows(path) if array else _jsonl_rows(path)), str(path)
     elif str(spec).endswith((".jsonl", ".json")) or (os.sep in str(spec) and path.parent.is_dir()):
         # Looks like a local path that is missing; do not silently try the hub with it.
         raise FileNotFoundError(f"data file {spec} does not exist")
@@ -167,8 +169,6 @@ def load_problems(
     default_source = path.name if local else str(spec)
     id_prefix = path.stem if local else str(spec).replace("/", "_").replace(":", "_")
     problems = ProblemList()
-    # A default id is `<stem>-<line>`, or `<stem>-<position>` in a JSON array, whose elements may share a line.
-    by_position = path.is_file() and _is_json_array(path)
     first_line: dict[str, int] = {}
     for position, (line_no, row) in enumerate(rows, start=1):
         if limit is not None and len(problems) >= limit:
@@ -176,7 +176,7 @@ def load_problems(
         try:
             if isinstance(row, DataError):
                 raise row
-            p = _to_problem(row, mapping, where, line_no, default_source, id_prefix, position if by_position else line_no)
+            p = _to_problem(row, mapping, where, line_no, default_source, id_prefix, position if array else line_no)
             # Completions, grades and caches are keyed by id: two problems with one id would share them.
             if p.id in first_line:
                 raise DataError(where, line_no, f"id {p.id!r} repeats the one on line {first_line[p.id]}; ids must be unique")

@@ -122,7 +122,7 @@ def dense_source(source: ModelSource) -> ModelSource:
     import transformers
 
     gguf_path = Path(source.path) / source.gguf_file
-    gguf_sha = _sha256(gguf_path)
+    gguf_sha = sha256_file(gguf_path)
     key = f"{gguf_path.stem}-{gguf_sha[:16]}-transformers{transformers.__version__}"
     entry = root / key
     if entry.is_dir():
@@ -144,7 +144,7 @@ def dense_source(source: ModelSource) -> ModelSource:
         _dequantize_into(source, tmp)
         manifest = {"gguf_file": str(gguf_path), "gguf_sha256": gguf_sha,
                     "transformers": transformers.__version__, "dtype": "float32",
-                    "weights_sha256": {f.name: _sha256(f) for f in sorted(tmp.glob("*.safetensors"))}}
+                    "weights_sha256": {f.name: sha256_file(f) for f in sorted(tmp.glob("*.safetensors"))}}
         (tmp / CACHE_MANIFEST).write_text(json.dumps(manifest, indent=1))
         try:
             os.rename(tmp, entry)
@@ -178,12 +178,13 @@ def _check_entry(entry: Path) -> Optional[str]:
         f = entry / name
         if not f.is_file():
             return f"{name} is missing"
-        if _sha256(f) != digest:
+        if sha256_file(f) != digest:
             return f"{name} does not match its SHA-256"
     return None
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in blocks (the GGUF and testbed caches check their weights with it)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

@@ -169,16 +169,22 @@ def test_resume_with_fewer_steps_than_done_is_refused(reference_run, train_args,
 
 
 # --- one run per directory -----------------------------------------------------------------------------------
-def test_two_trainings_into_one_directory_at_once_exactly_one_runs(reference_run, train_args, run_cli, tmp_path):
-    out = tmp_path / "run"
-    args = train_args(out, steps=3)
+def _race(run_cli, args: list[str], tmp_path) -> tuple[int, str]:
+    """Start the same command twice at once as real processes; exactly one must succeed and the other exit 2.
+    Returns (the winner's pid, the loser's log)."""
     procs = [run_cli(args, tmp_path / f"{i}.log") for i in range(2)]
     codes = [p.wait(timeout=300) for p in procs]
     logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
     assert sorted(codes) == [0, 2], logs
     winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    assert f"is in use by another grpo-replay run (pid {procs[winner].pid})" in logs[loser], logs[loser]
-    assert "Traceback" not in logs[loser]
+    assert "Traceback" not in logs[loser], logs[loser]
+    return procs[winner].pid, logs[loser]
+
+
+def test_two_trainings_into_one_directory_at_once_exactly_one_runs(reference_run, train_args, run_cli, tmp_path):
+    out = tmp_path / "run"
+    pid, lost = _race(run_cli, train_args(out, steps=3), tmp_path)
+    assert f"is in use by another grpo-replay run (pid {pid})" in lost, lost
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]  # one run's steps, in order
     assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3]
 
@@ -196,13 +202,9 @@ def test_two_compares_into_one_out_at_once_the_second_is_refused(run_cli, tmp_pa
     the holder, before it trains or writes anything (they would race for the same runs and reports)."""
     out = tmp_path / "cmp"
     args = ["compare", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *TINY_COMPARE]
-    procs = [run_cli(args, tmp_path / f"{i}.log") for i in range(2)]
-    codes = [p.wait(timeout=300) for p in procs]
-    logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
-    assert sorted(codes) == [0, 2], logs
-    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    assert f"{out} is in use by another grpo-replay compare (pid {procs[winner].pid})" in logs[loser], logs[loser]
-    assert "Traceback" not in logs[loser] and "done " not in logs[loser]
+    pid, lost = _race(run_cli, args, tmp_path)
+    assert f"{out} is in use by another grpo-replay compare (pid {pid})" in lost, lost
+    assert "done " not in lost
     res = json.loads((out / "report" / "results.json").read_text())
     assert res["run_info"]["ran"] == 2 and res["missing_runs"] == []
     # the winner is gone, so its lock is free: the same command now reuses both runs

@@ -151,8 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
-        given = {key: f"{flag} {' '.join(map(str, v)) if isinstance(v, list) else v}" for flag, name, key in _KEYED_FLAGS
-                 if (v := getattr(args, name, None)) is not None}
+        given = {key: configio.as_given(flag, v) for flag, name, key in _KEYED_FLAGS if (v := getattr(args, name, None)) is not None}
         extra = configio.parse_sets(args.set, given)
         from ..trainer.config import FIELDS
 

@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -131,7 +132,7 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
     verdict = claims.verdict(trend)
     result = {
         "command": command, "arm": arm, "confidence": CONFIDENCE, "power": POWER, "provenance": provenance(),
-        "run_commits": _sum_counts(r.get("run_commits") for r in rows),
+        "run_commits": dict(sum((Counter(r.get("run_commits") or {}) for r in rows), Counter())),
         "sizes": rows, "trend": trend,
         "claim": {"claim": CLAIM, "verdict": verdict,
                   "evidence": f"slope of the paired gain per 4x parameters: {format_ci(trend, fmt='{:+.2f}', unit=' pp', n=True, show_mde=True)}"},
@@ -147,14 +148,6 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
     png = _plot(rows, trend, arm, report_dir / "gain_vs_size.png")
     (report_dir / "report.md").write_text(_markdown(result, png.name))
     return result
-
-
-def _sum_counts(counts) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for c in counts:
-        for k, n in (c or {}).items():
-            total[k] = total.get(k, 0) + int(n)
-    return total
 
 
 def _plot(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:

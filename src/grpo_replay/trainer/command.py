@@ -48,8 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     out = {name: getattr(args, name) for name in SHORT_FLAGS if getattr(args, name) is not None}
-    given = {name: " ".join([FLAG_NAMES.get(name, "--" + name.replace("_", "-")),
-                             *map(str, v if isinstance(v, list) else [v])]) for name, v in out.items()}
+    given = {name: configio.as_given(FLAG_NAMES.get(name, "--" + name.replace("_", "-")), v) for name, v in out.items()}
     if args.no_progress:
         out["progress"], given["progress"] = False, "--no-progress"
     out.update(configio.parse_sets(args.set, given))

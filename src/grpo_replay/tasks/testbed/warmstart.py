@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from ...models import sha256_file
 from .config import TestbedConfig
 from .model import build_model, n_params, sampled_pass_rate
 from .task import TestbedTask
@@ -152,14 +152,6 @@ class CorruptCacheError(RuntimeError):
     """A cached warm start that cannot be read, or whose weights differ from the ones it recorded."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def load_cached(path: str | os.PathLike):
     """Load ``(model, tokenizer, info)`` saved by :func:`warm_start`; CorruptCacheError if it cannot be read or its
     weights are not the ones it recorded (caches made before the checksum was recorded are taken as they are)."""
@@ -169,7 +161,7 @@ def load_cached(path: str | os.PathLike):
         if not isinstance(info, dict):
             raise ValueError(f"{INFO_FILE} holds a {type(info).__name__}, not an object")
         want = info.get(WEIGHTS_SHA)
-        if want is not None and _sha256(path / "model.safetensors") != want:
+        if want is not None and sha256_file(path / "model.safetensors") != want:
             raise ValueError("model.safetensors differs from the checksum info.json recorded for it")
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
         tokenizer.padding_side = "left"
@@ -223,7 +215,7 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        info[WEIGHTS_SHA] = _sha256(tmp / "model.safetensors")
+        info[WEIGHTS_SHA] = sha256_file(tmp / "model.safetensors")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=1))
         if _is_complete(path) and not force:
             # Another process (a parallel test worker, a second run) finished the same deterministic warm
