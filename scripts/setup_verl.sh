@@ -3,8 +3,8 @@
 # tensordict<=0.10, which conflicts with the main environment (transformers 5.24 for TRL), so verl lives here.
 # torch is pinned to the 2.13.0 CPU build first (as in scripts/setup.sh), then verl with its `verl-core` extra
 # (Ray, TransferQueue, ...: needed to import ray_trainer / main_ppo), the test tools, and this project in
-# editable mode WITHOUT its dependencies (they would pull transformers>=5.11 back in; the core needs only
-# torch, numpy and pyyaml, which verl already brings).
+# editable mode with its core dependencies only (torch and numpy; the `app` extra would pull transformers>=5.11
+# back in, and the integration does not need it).
 # Idempotent: a second run only checks the stamp. Measured here: about 3 minutes on 2 idle CPUs (up to 5.5 under load).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."  # the real checkout, also when called through a linked copy
@@ -20,5 +20,5 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q "verl[verl-core]==0.9.1" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" "pyyaml>=6"
-"$VENV/bin/python" -m pip install -q --no-deps -e .
+"$VENV/bin/python" -m pip install -q -e .
 echo "$want" > "$stamp"

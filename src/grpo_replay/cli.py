@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from typing import Optional, Sequence
 
@@ -15,12 +16,31 @@ COMMANDS = {
     "plot": ("grpo_replay.experiments.plot_runs", "Plot run directories on shared axes with a table of final metrics."),
 }
 
+# What the `app` extra installs, by import name: every command needs it, the core (`import grpo_replay`) does not.
+APP_EXTRA = ("yaml", "transformers", "tokenizers", "accelerate", "datasets", "math_verify", "safetensors", "tqdm",
+             "matplotlib")
+
+
+def missing_app_extra() -> list[str]:
+    def absent(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):  # a broken or half-removed install counts as missing
+            return True
+
+    return [name for name in APP_EXTRA if absent(name)]
+
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="grpo-replay", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    if chosen and (missing := missing_app_extra()):
+        print(f"grpo-replay {chosen}: error: the command needs the 'app' extra, which is not installed (missing: "
+              f"{', '.join(missing)}); install it with: pip install 'grpo-replay[app]' (from a clone: pip install -e "
+              "'.[app]'). The core library (import grpo_replay) works without it.", file=sys.stderr)
+        return 2
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:

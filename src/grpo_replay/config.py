@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .composition import COMPOSITIONS
-from .configio import bad, is_finite, is_int
+from .validation import bad, is_finite, is_int
 from .priority import PRIORITIES
 
 GRANULARITIES = ("rollout", "group")

@@ -6,42 +6,20 @@ known one; a wrong type names the field and the expected type.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import decimal
 import difflib
-import inspect
 import math
 import re
-import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping, NoReturn
+from typing import Any, Mapping
 
 import yaml
 
-
-class ConfigError(ValueError):
-    pass
-
-
-# --- field validation shared by every config dataclass (ReplayConfig, LossConfig, TrainConfig) ----------
-
-
-def bad(obj: Any, name: str, allowed: str, label: str | None = None) -> NoReturn:
-    """Raise the one error of an invalid field: `Class.field=value is invalid; allowed: ...`; `label` names the
-    setting as its user typed it instead of `Class.field` (e.g. a command-line flag)."""
-    raise ConfigError(f"{label or f'{type(obj).__name__}.{name}'}={getattr(obj, name)!r} is invalid; allowed: {allowed}")
-
-
-def is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def is_finite(x: Any) -> bool:
-    """A real number that is neither NaN nor +-inf (bools and strings are not numbers here)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+from .errors import ConfigError  # noqa: F401  (re-exported: the app layers raise it from here)
+from .validation import bad, field_docs, is_finite, is_int  # noqa: F401  (re-exported)
 
 
 # YAML 1.1 (PyYAML) reads 1e-6, 1E6 and 1.0e6 as strings (it wants a dot and a signed exponent); YAML 1.2 and
@@ -79,21 +57,6 @@ def int_arg(text: str) -> int:
     if n is None:
         raise argparse.ArgumentTypeError(f"invalid integer {text!r} (write a whole number: 1000, 1_000 or 1e3)")
     return n
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each field of a dataclass (CleanRL style), by field name."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name):
-            if isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
-                docs[a.target.id] = " ".join(str(b.value.value).split())
-    return docs
 
 
 def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:

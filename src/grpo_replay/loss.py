@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .configio import bad, is_finite, is_int
+from .validation import bad, is_finite, is_int
 from .registry import Registry
 from .rollout import RolloutBatch
 
