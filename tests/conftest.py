@@ -9,6 +9,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The benchmark and training data live beside the checkout in this workspace; the code finds data only through
+# arguments or $GRPO_REPLAY_DATA, so the tests (and every command they start) set it here.
+_SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if _SHARED_DATA.is_dir():
+    os.environ.setdefault("GRPO_REPLAY_DATA", str(_SHARED_DATA))
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # n workers share the cores: each worker, and every command it starts (inherited through the environment),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# grpo-replay on verl 0.9.1, the paper's setting (METHOD.md): Qwen3 base model, math prompts with a binary
+# grpo-replay on verl 0.9.1, the paper's setting (docs/method.md): Qwen3 base model, math prompts with a binary
 # verifiable reward, G=8 rollouts per prompt, PPO-clip with clip-higher (0.2/0.28), dual-clip c=10, token-mean,
 # one optimizer step per batch, no KL, lr 1e-6; replay: tau_max=10, fresh-anchored, |A_i| priority (replay=paper).
 # Single node, 8 GPUs, vLLM rollouts. NOT run in this repository's CI (needs GPUs); see docs/verl.md.

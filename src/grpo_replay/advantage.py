@@ -1,4 +1,4 @@
-"""Group-relative advantages and the zero-variance group filter (METHOD.md, Algorithm 1 steps 2-3)."""
+"""Group-relative advantages and the zero-variance group filter (docs/method.md, Algorithm 1 steps 2-3)."""
 from __future__ import annotations
 
 import torch

@@ -17,7 +17,7 @@ GRANULARITIES = ("rollout", "group")
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """Replay settings (METHOD.md, "Defaults and details"). The defaults are the paper's method."""
+    """Replay settings (docs/method.md, "Defaults"). The defaults are the paper's method."""
 
     tau_max: Optional[int] = 10
     """Maximum age in optimizer steps (step - birth_step) a rollout may have when sampled; None = never evict by age."""

@@ -1,4 +1,4 @@
-"""One test per row of the README table "Bad input and crashes": what a user gets for each kind of bad input."""
+"""One test per row of the table in docs/reliability.md ("Bad input and crashes"): what a user gets for each kind of bad input."""
 import json
 import logging
 import math
