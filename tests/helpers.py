@@ -1,4 +1,7 @@
-"""Synthetic rollout batches for core tests."""
+"""Synthetic rollout batches for core tests, and the tiny trainer settings (`TINY`) for the app-layer tests.
+
+Importing this module imports only the core: `TINY` is built on first use, so a core test never loads the
+trainer stack."""
 from __future__ import annotations
 
 import json
@@ -7,7 +10,6 @@ from pathlib import Path
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages
-from grpo_replay.experiments.arms import TINY_TESTBED
 
 
 def make_batch(
@@ -53,19 +55,25 @@ def make_batch(
 
 # Tiny sizes: a 1-layer width-32 model, 1-digit sums, 8 prompts x 4 rollouts, an 80-step warm start
 # (about 12 % sampled pass rate, so groups with reward variance occur).
-TINY = {
-    "steps": 6,
-    "prompts_per_step": 8,
-    "group_size": 4,
-    "eval_every": 3,
-    "eval_problems": 16,
-    "eval_samples": 2,
-    "checkpoint_every": 2,
-    "lr": 3e-3,
-    "progress": False,
-    "replay.warmup_steps": 2,
-    **TINY_TESTBED,
-}
+def __getattr__(name: str):
+    # PEP 562: `from helpers import TINY` builds it here, importing the testbed's config only then.
+    if name == "TINY":
+        from grpo_replay.tasks.testbed.config import TINY_TESTBED
+
+        return {
+            "steps": 6,
+            "prompts_per_step": 8,
+            "group_size": 4,
+            "eval_every": 3,
+            "eval_problems": 16,
+            "eval_samples": 2,
+            "checkpoint_every": 2,
+            "lr": 3e-3,
+            "progress": False,
+            "replay.warmup_steps": 2,
+            **TINY_TESTBED,
+        }
+    raise AttributeError(name)
 
 
 def read_jsonl(path: Path) -> list[dict]:

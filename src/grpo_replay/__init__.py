@@ -9,7 +9,7 @@ from .composed import ComposedBatch
 from .composition import COMPOSITIONS, compose_batch
 from .config import PRESETS, ReplayConfig
 from .loss import AGGREGATIONS, LossConfig, ppo_clip_loss
-from .metrics import split_metrics
+from .diagnostics import split_metrics
 from .priority import PRIORITIES
 from .rollout import RolloutBatch
 

@@ -13,7 +13,7 @@ COMMANDS = {
     "train": ("grpo_replay.trainer.command", "Train with GRPO + replay (default: the embedded testbed, paper preset)."),
     "eval": ("grpo_replay.eval.command", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
     "compare": ("grpo_replay.experiments.command", "Run the paper's comparisons and ablations over seeds."),
-    "plot": ("grpo_replay.experiments.plot_runs", "Plot run directories on shared axes with a table of final metrics."),
+    "plot": ("grpo_replay.plotting.runs", "Plot run directories on shared axes with a table of final metrics."),
 }
 
 # What the `app` extra installs, by import name: every command needs it, the core (`import grpo_replay`) does not.

@@ -8,7 +8,7 @@ import pytest
 
 from grpo_replay.cli import main
 from grpo_replay.data import BENCHMARKS
-from grpo_replay.experiments.benchmarks import PRUNED, BenchSettings, result_path
+from grpo_replay.experiments.final_eval import PRUNED, BenchSettings, result_path
 
 # About 2-3 min on an idle 2-core machine (two GGUF loads, 2 training steps each, 5 benchmarks x 2 samples per run);
 # the generous limit is for loaded CI machines.

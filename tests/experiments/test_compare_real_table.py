@@ -7,9 +7,9 @@ import pytest
 
 from grpo_replay.eval.metrics import aes
 from grpo_replay.experiments import paper_table
-from grpo_replay.experiments.benchmarks import BenchSettings, delete_checkpoints, final_model_dir, missing_benchmarks, result_path
+from grpo_replay.experiments.final_eval import BenchSettings, delete_checkpoints, final_model_dir, missing_benchmarks, result_path
 from grpo_replay.experiments.claims import check_claims
-from grpo_replay.experiments.runner import RunSpec
+from grpo_replay.experiments.jobs import RunSpec
 from grpo_replay.experiments.stats import t_quantile
 
 BS = BenchSettings(benchmarks=("b1", "b2"), n=4, ks=(1, 4))

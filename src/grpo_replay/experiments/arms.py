@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..tasks.testbed.config import TINY_TESTBED  # noqa: F401  (re-exported: the quick setting uses it)
+
 
 BASE = "grpo"
 """The arm every other arm is compared with (paired over seeds)."""
@@ -114,27 +116,6 @@ class Setting:
     """Restrict every comparison to these arms (the quick setting keeps a few); None = all arms."""
 
 
-# The tiny testbed (also the test suite's): 1-digit sums, width 32, an 80-step warm start reaching about 12 %
-# sampled pass rate, so groups with reward variance occur; seconds per run.
-TINY_TESTBED = {
-    "testbed.digits_max": 1,
-    "testbed.difficulty_weights": [1.0],
-    "testbed.working_prob": [0.2],
-    "testbed.hidden_size": 32,
-    "testbed.num_layers": 1,
-    "testbed.num_heads": 2,
-    "testbed.intermediate_size": 64,
-    "testbed.warmstart_max_steps": 80,
-    "testbed.warmstart_lr": 0.01,
-    "testbed.warmstart_batch": 32,
-    "testbed.warmstart_eval_every": 10,
-    "testbed.warmstart_eval_problems": 64,
-    "testbed.warmstart_min_steps": 0,
-    "testbed.target_pass_low": 0.2,
-    "testbed.target_pass_high": 0.6,
-    "testbed.max_new_tokens": 8,
-}
-
 QUICK = Setting(
     name="quick",
     overrides={
@@ -175,7 +156,7 @@ FULL = Setting(
 SETTINGS = {"quick": QUICK, "full": FULL}
 
 # A real model (`compare --model ...`): the trainer's defaults with the paper's learning rate for 0.6B-4B models and a
-# small held-out check during training; the paper's table comes from the benchmark stage (benchmarks.py). The
+# small held-out check during training; the paper's table comes from the benchmark stage (final_eval.py). The
 # command adds model, data, reward and backend; --set overrides any of these.
 REAL = Setting(
     name="real",

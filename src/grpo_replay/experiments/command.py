@@ -17,7 +17,7 @@ from ..configio import int_arg
 from ..data import BENCHMARKS
 from ..tasks.testbed.config import TESTBED_PRESETS
 from .arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
-from .benchmarks import BenchSettings, evaluate_all, missing_benchmarks
+from .final_eval import BenchSettings, evaluate_all, missing_benchmarks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,12 +114,12 @@ _KEYED_FLAGS = (("--report-to", "report_to", "report_to"), ("--testbed", "testbe
 
 def run(args: argparse.Namespace) -> int:
     from .. import configio
-    from .runner import plan
+    from .jobs import plan
 
     if getattr(args, "size_series", False):
         from . import size_series
 
-        return size_series.run(args, run)
+        return size_series.run(args, run, command_line(args))
     setting = SETTINGS["quick" if args.quick else "full"]
     testbed = getattr(args, "testbed", None) or "default"
     if testbed != "default" and getattr(args, "model", None) is not None:
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench) -> int:
     from .report import build_report
-    from .runner import execute
+    from .jobs import execute
 
     info = {"runs": len(specs), "ran": 0, "skipped": len(specs), "jobs": jobs, "wall_s": 0.0, "failed": []}
     if not args.report_only:

@@ -14,8 +14,8 @@ from typing import Any, Optional
 from ..eval.metrics import aes, relative_change
 from ..eval.runner import summarize
 from .arms import BASE
-from .benchmarks import BenchSettings, load_results
-from .runner import RunSpec
+from .final_eval import BenchSettings, load_results
+from .jobs import RunSpec
 from .stats import Run, ci, format_ci, format_diff
 
 

@@ -8,12 +8,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from . import plots
+from ..plotting import compare as plots
 from ..provenance import UNRECORDED, describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
-from .benchmarks import BenchSettings
+from .final_eval import BenchSettings
 from .claims import check_claims
-from .runner import RunSpec
+from .jobs import RunSpec
 from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
 
 

@@ -39,8 +39,9 @@ def n_params(size: str) -> int:
     return count(build_model(TestbedConfig.named(size), build_tokenizer()))
 
 
-def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int]) -> int:
-    """Run (or resume) one `compare` per size, then write the series report. Returns the worst exit status."""
+def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int], command: str) -> int:
+    """Run (or resume) one `compare` per size (`run_compare`), then write the series report, headed by `command`.
+    Returns the worst exit status."""
     set_keys = {item.split("=", 1)[0].strip() for item in (args.set or [])}
     for flag, name in (*_FIXED, ("--set testbed_preset=...", "testbed_preset")):
         if getattr(args, name, None) or (name == "testbed_preset" and name in set_keys):
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], in
             return 2
     out = Path(args.out or "runs/compare-size-series")
     if args.dry_run:
-        return _run_sizes(args, run_compare, out)
+        return _run_sizes(args, run_compare, out, command)
     from ..trainer.rundir import RunDirError, exclusive
 
     with contextlib.ExitStack() as stack:
@@ -58,10 +59,10 @@ def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], in
         except RunDirError as e:
             print(f"grpo-replay compare: error: {e}", file=sys.stderr)
             return 2
-        return _run_sizes(args, run_compare, out)
+        return _run_sizes(args, run_compare, out, command)
 
 
-def _run_sizes(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int], out: Path) -> int:
+def _run_sizes(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], int], out: Path, command: str) -> int:
     report_dir = Path(args.report_dir) if args.report_dir else out / "report"
     rc = 0
     for size in SIZE_SERIES:
@@ -79,9 +80,8 @@ def _run_sizes(args: argparse.Namespace, run_compare: Callable[[argparse.Namespa
         rc = max(rc, sub_rc)
     if args.dry_run:
         return rc
-    from .command import command_line
 
-    series = build_series_report(report_dir, command_line(args), args.arms or "paper")
+    series = build_series_report(report_dir, command, args.arms or "paper")
     print(f"grpo-replay compare: size-series report in {report_dir / 'report.md'}")
     print(f"  {CLAIM}: {series['claim']['verdict']}")
     return rc
@@ -145,35 +145,11 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
         for r in rows:
             for s, (b, o) in r["acc_per_seed"].items():
                 w.writerow([r["size"], r["n_params"], s, b, o, o - b])
-    png = _plot(rows, trend, arm, report_dir / "gain_vs_size.png")
+    from ..plotting.compare import gain_vs_size
+
+    png = gain_vs_size(rows, trend, arm, report_dir / "gain_vs_size.png")
     (report_dir / "report.md").write_text(_markdown(result, png.name))
     return result
-
-
-def _plot(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
-    from .plots import plt, _save
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for r in rows:
-        for s, g in r["gain_per_seed"].items():
-            ax.plot(r["n_params"], 100 * g, ".", color="0.6")
-        c = r["gain"]
-        if c["mean"] is not None:
-            err = [[100 * (c["mean"] - c["lo"])], [100 * (c["hi"] - c["mean"])]] if c["lo"] is not None else None
-            ax.errorbar(r["n_params"], 100 * c["mean"], yerr=err, fmt="o", color="C0", capsize=4)
-    if trend.get("mean") is not None and trend.get("intercept") is not None:
-        ps = [r["n_params"] for r in rows]
-        xs = [min(ps), max(ps)]
-        ax.plot(xs, [100 * (trend["intercept"] + trend["mean"] * math.log(x, 4)) for x in xs], "--", color="C1",
-                label=f"least squares: {100 * trend['mean']:+.2f} pp per 4x parameters")
-        ax.legend(fontsize=8)
-    ax.axhline(0, color="k", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("parameters")
-    ax.set_ylabel(f"final sampled accuracy, {arm} - GRPO (pp)")
-    ax.set_title("Gain over GRPO by model size: per seed (grey), mean with 95 % CI")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
 
 
 def _markdown(result: dict, png: str) -> str:

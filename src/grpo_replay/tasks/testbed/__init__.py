@@ -7,7 +7,7 @@ from .model import (build_model, decode_completions, generate_completions, model
                     n_params, sampled_pass_rate)
 from .task import (TestbedProblem, TestbedTask, extract_answer, make_problem, target_completion,
                    uses_working)
-from .stats import forced_mode_pass_rate, policy_stats
+from .policy_stats import forced_mode_pass_rate, policy_stats
 from .tokenizer import build_tokenizer
 from .warmstart import load_cached, train_warm_start, warm_start
 

@@ -151,10 +151,7 @@ def final_metrics(r: dict) -> dict[str, Any]:
 
 
 def plot_runs(runs: list[dict], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from . import plt, save  # here, not at the top: `grpo-replay plot --help` stays fast
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     (acc, rew), (share, clip) = axes
@@ -185,10 +182,7 @@ def plot_runs(runs: list[dict], out: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def _write_table(table: list[dict], out: Path) -> None:

@@ -1,7 +1,7 @@
 """The benchmark stage of `grpo-replay compare --model ...`: each finished run's final checkpoint through the
 evaluation harness (`grpo_replay.eval`), one result file per (run, benchmark), checkpoints deleted afterwards.
 
-Resumable at three levels: a run with `summary.json` is not retrained (runner.py); a benchmark whose result file
+Resumable at three levels: a run with `summary.json` is not retrained (jobs.py); a benchmark whose result file
 `<run dir>/bench/<benchmark>-<settings key>.json` exists is not re-evaluated; an interrupted benchmark resumes
 from the harness's own generation cache (`<run dir>/bench/cache/`). The settings key hashes every evaluation
 setting that changes the numbers, so changing one re-evaluates instead of reusing stale results. Once every
@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from .. import configio
 from ..data import BENCHMARKS
-from .runner import RunSpec, _init_worker
+from .jobs import RunSpec, _init_worker
 
 PRUNED = "checkpoints_deleted.json"  # marker in <run dir>/bench/: the final checkpoint was deleted after evaluation
 EVAL_BACKENDS = ("transformers", "vllm")

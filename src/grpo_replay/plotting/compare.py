@@ -4,13 +4,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
 import matplotlib.ticker
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .stats import ArmStats  # noqa: E402
+from ..experiments.stats import ArmStats
+from . import plt, save
 
 
 def _clip(v: float) -> float:
@@ -45,7 +42,7 @@ def accuracy_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[st
     n = max((len(stats[a].seeds) for a in arms), default=0)
     fig.suptitle(f"{title}: mean over {n} seeds, band = 95 % CI")
     axes[0].legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path, base: str = "grpo") -> Path:
@@ -78,7 +75,7 @@ def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path
     ax.set_title("Age eviction: final accuracy vs tau_max (95 % CI)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
@@ -101,12 +98,31 @@ def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[s
     ax.set_title(f"{title}: pass@k (95 % CI)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
-    """Lay out, write at 110 dpi and close (pyplot keeps every open figure alive otherwise)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def gain_vs_size(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
+    """The model-size series: each seed's paired gain over GRPO by model size, the mean with its 95 % CI and
+    the least-squares trend."""
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for r in rows:
+        for s, g in r["gain_per_seed"].items():
+            ax.plot(r["n_params"], 100 * g, ".", color="0.6")
+        c = r["gain"]
+        if c["mean"] is not None:
+            err = [[100 * (c["mean"] - c["lo"])], [100 * (c["hi"] - c["mean"])]] if c["lo"] is not None else None
+            ax.errorbar(r["n_params"], 100 * c["mean"], yerr=err, fmt="o", color="C0", capsize=4)
+    if trend.get("mean") is not None and trend.get("intercept") is not None:
+        ps = [r["n_params"] for r in rows]
+        xs = [min(ps), max(ps)]
+        ax.plot(xs, [100 * (trend["intercept"] + trend["mean"] * math.log(x, 4)) for x in xs], "--", color="C1",
+                label=f"least squares: {100 * trend['mean']:+.2f} pp per 4x parameters")
+        ax.legend(fontsize=8)
+    ax.axhline(0, color="k", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters")
+    ax.set_ylabel(f"final sampled accuracy, {arm} - GRPO (pp)")
+    ax.set_title("Gain over GRPO by model size: per seed (grey), mean with 95 % CI")
+    ax.grid(alpha=0.3)
+    return save(fig, path)
