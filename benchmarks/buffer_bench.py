@@ -237,7 +237,7 @@ def main():
     if a.peers_only:
         print(json.dumps({"machine": machine(), "rows": bench_peers(a.repeats)}))
         return
-    from grpo_replay.provenance import git_commit
+    from grpo_replay.app.provenance import git_commit
 
     print(f"{machine()}; commit {git_commit()}")
     p = bench_paper_default(a.repeats)

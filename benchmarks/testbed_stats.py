@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from grpo_replay.configio import parse_value  # noqa: E402
+from grpo_replay.app.configio import parse_value  # noqa: E402
 from grpo_replay.tasks.testbed import TestbedConfig, TestbedTask, forced_mode_pass_rate, warm_start  # noqa: E402
-from grpo_replay.tasks.testbed.config import TESTBED_PRESETS  # noqa: E402
+from grpo_replay.tasks.testbed.testbed_config import TESTBED_PRESETS  # noqa: E402
 from grpo_replay.trainer.evaluation import evaluate  # noqa: E402
 
 

@@ -141,7 +141,7 @@ def main() -> None:
             steps[arm].extend(run(arm, a))
     med = {arm: {k: statistics.median(s[k] for s in steps[arm]) for k in PARTS} for arm in arms}
     base = med["grpo_trainer"]["total"]
-    from grpo_replay.provenance import provenance
+    from grpo_replay.app.provenance import provenance
 
     report = {
         "provenance": provenance(),

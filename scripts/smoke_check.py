@@ -83,7 +83,7 @@ class Recorder:
 
 
 def train_config(args: argparse.Namespace, out: Path):
-    from grpo_replay.trainer.config import resolve
+    from grpo_replay.trainer.train_config import resolve
 
     return resolve({
         **TINY_TESTBED,
@@ -129,7 +129,7 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
 
 
 def run_trl(args: argparse.Namespace) -> Recorder:
-    import grpo_replay.integrations.trl.trainer as trl_trainer
+    import grpo_replay.integrations.trl.replay_grpo_trainer as trl_trainer
     from grpo_replay.trainer.trl_backend import train_testbed_run
 
     rec = Recorder("trl")

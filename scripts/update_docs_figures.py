@@ -68,7 +68,7 @@ def describe_machine() -> str:
 
 def commit() -> str:
     sys.path.insert(0, str(ROOT / "src"))
-    from grpo_replay.provenance import git_commit
+    from grpo_replay.app.provenance import git_commit
 
     return git_commit(ROOT)
 

@@ -58,7 +58,7 @@ def make_batch(
 def __getattr__(name: str):
     # PEP 562: `from helpers import TINY` builds it here, importing the testbed's config only then.
     if name == "TINY":
-        from grpo_replay.tasks.testbed.config import TINY_TESTBED
+        from grpo_replay.tasks.testbed.testbed_config import TINY_TESTBED
 
         return {
             "steps": 6,

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .errors import UsageError
 from .storage import COLUMNS, _LENGTH_COLUMNS
 
 STATE_VERSION = 3
@@ -44,7 +45,7 @@ ARRAY_DTYPES: dict[str, Any] = {
 }
 
 
-class BufferStateError(ValueError):
+class BufferStateError(UsageError):
     """A saved replay buffer (or a state dict) that cannot be loaded; the message names the file and field."""
 
 

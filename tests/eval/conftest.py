@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_replay.data import BENCHMARKS
+from grpo_replay.app.data import BENCHMARKS
 from helpers import SHARED_DATA, build_tiny_model
 
 SHARED_BENCH = SHARED_DATA / "benchmarks"

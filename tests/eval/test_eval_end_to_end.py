@@ -5,12 +5,14 @@ import json
 import pytest
 
 from grpo_replay.cli import main
-from grpo_replay.data import load_problems
+from grpo_replay.app.data import load_problems
 from grpo_replay.eval import pass_at_k
-from grpo_replay.eval.generation import Completion, SamplingParams, TransformersGenerator, build_prompt
-from grpo_replay.eval.runner import EvalSettings, run_evaluation
+from grpo_replay.eval.prompts import build_prompt
+from grpo_replay.generation import Completion, SamplingParams
+from grpo_replay.generation.transformers import TransformersGenerator
+from grpo_replay.eval.harness import EvalSettings, run_evaluation
 
-from grpo_replay.data import BENCHMARKS
+from grpo_replay.app.data import BENCHMARKS
 
 N, KS = 4, [1, 2, 4]
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grpo_replay.cli import main
-from grpo_replay.data import BENCHMARKS
+from grpo_replay.app.data import BENCHMARKS
 from grpo_replay.experiments.final_eval import PRUNED, BenchSettings, result_path
 
 # About 2-3 min on an idle 2-core machine (two GGUF loads, 2 training steps each, 5 benchmarks x 2 samples per run);
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(2400)
 
 
 def _smollm2():
-    from grpo_replay.models import smollm2_gguf
+    from grpo_replay.app.models import smollm2_gguf
 
     try:
         return smollm2_gguf()

@@ -10,7 +10,7 @@ import pytest
 from grpo_replay.cli import main
 from grpo_replay.experiments import claims, size_series
 from grpo_replay.experiments.stats import slope_ci
-from grpo_replay.tasks.testbed.config import SIZE_SERIES, TESTBED_PRESETS, TestbedConfig
+from grpo_replay.tasks.testbed.testbed_config import SIZE_SERIES, TESTBED_PRESETS, TestbedConfig
 
 
 def test_slope_ci_matches_scipy_linregress():

@@ -107,7 +107,7 @@ def _recording_trainer_cls():
 @pytest.mark.parametrize("loss_type,spg,ga,iters,mask_trunc,max_steps,pad", CELLS)
 def test_option_matrix(tmp_path, loss_type, spg, ga, iters, mask_trunc, max_steps, pad):
     from grpo_replay.integrations.trl import ReplayGRPOConfig
-    from grpo_replay.integrations.trl.trainer import REPLAY_FLAG_KEY
+    from grpo_replay.integrations.trl.replay_grpo_trainer import REPLAY_FLAG_KEY
 
     kwargs = trl_kwargs(
         tmp_path, replay_preset="paper", replay_ratio=RATIO, loss_type=loss_type, steps_per_generation=spg,

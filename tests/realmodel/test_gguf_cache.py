@@ -11,8 +11,8 @@ import warnings
 import pytest
 from transformers import AutoModelForCausalLM
 
-from grpo_replay import models
-from grpo_replay.models import CACHE_MANIFEST, ModelSource, dense_source
+from grpo_replay.app import models
+from grpo_replay.app.models import CACHE_MANIFEST, ModelSource, dense_source
 
 
 @pytest.fixture

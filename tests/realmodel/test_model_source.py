@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from grpo_replay.cli import main
-from grpo_replay.configio import ConfigError
-from grpo_replay.data import DataError
-from grpo_replay.models import ModelSource, resolve_model
+from grpo_replay.app.configio import ConfigError
+from grpo_replay.app.data import DataError
+from grpo_replay.app.models import ModelSource, resolve_model
 from grpo_replay.tasks.word_sums import parse_digits, word_sum_problems
 from helpers import build_tiny_model
 
@@ -51,7 +51,7 @@ def test_train_cli_rejects_a_bad_model_file_before_any_compute(tmp_path, capsys)
 
 
 def test_model_file_needs_model():
-    from grpo_replay.trainer.config import resolve
+    from grpo_replay.trainer.train_config import resolve
 
     with pytest.raises(ConfigError, match="model_file"):
         resolve({"model_file": "a.gguf"})
@@ -92,7 +92,7 @@ def test_set_takes_scientific_notation_as_a_number():
     """`--set lr=1e-6` (the paper's learning rate, as the README writes it) was rejected: YAML 1.1 reads it as text."""
     import argparse
 
-    from grpo_replay.trainer import command
+    from grpo_replay.cli import train as command
 
     p = argparse.ArgumentParser()
     command.add_arguments(p)

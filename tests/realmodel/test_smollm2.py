@@ -21,7 +21,7 @@ from grpo_replay.cli import main
 from helpers import SHARED_DATA, read_jsonl
 
 try:
-    from grpo_replay.models import smollm2_gguf
+    from grpo_replay.app.models import smollm2_gguf
 
     GGUF = smollm2_gguf()
     import gguf  # noqa: F401
@@ -36,7 +36,7 @@ ASSISTANT = "<|im_start|>assistant\n"
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from grpo_replay.eval.generation import load_model
+    from grpo_replay.generation.transformers import load_model
     from grpo_replay.trainer.setup import load_causal_lm
 
     torch.set_num_threads(1)  # one thread: the runs are small, and it stays fast on a busy (shared) machine
@@ -50,7 +50,7 @@ def smollm2():
 def shared_model(smollm2, monkeypatch):
     """Both loaders hand out a fresh copy of the module's model (training must not leak between tests)."""
     model, tok = smollm2
-    import grpo_replay.eval.generation as eval_gen
+    import grpo_replay.generation.transformers as eval_gen
     import grpo_replay.trainer.setup as setup
 
     def load_causal_lm(name, device, model_file=None):
@@ -134,7 +134,7 @@ def train_argv(out, data, steps, *extra, **sets):
 
 
 def test_eval_loader_reads_the_same_checkpoint_from_the_gguf_path(smollm2):
-    from grpo_replay.eval.generation import load_model
+    from grpo_replay.generation.transformers import load_model
 
     model, tok = smollm2
     lm, tok2 = load_model(str(GGUF), device="cpu", dtype="float32")
@@ -145,7 +145,7 @@ def test_eval_loader_reads_the_same_checkpoint_from_the_gguf_path(smollm2):
 
 
 def test_eval_gsm8k_and_math500_with_the_chat_template(shared_model, tmp_path):
-    from grpo_replay.eval.generation import INSTRUCTION
+    from grpo_replay.eval.prompts import INSTRUCTION
     from grpo_replay.eval.grading import grade
 
     _, tok = shared_model
@@ -192,14 +192,14 @@ def same_mean(reported, values) -> bool:
 
 
 def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, monkeypatch):
-    import grpo_replay.trainer.generation as gen_mod
+    import grpo_replay.generation.transformers as gen_mod
     import grpo_replay.trainer.loop as loop
     from grpo_replay.buffer import ReplayBuffer
 
     _, tok = shared_model
     T, tau_max = TRAIN_SETS["temperature"], TRAIN_SETS["replay.tau_max"]
     generated, refs, stored, ages = [], [], [], []
-    real_generate, real_update, real_compose, real_add = gen_mod.generate, loop._update, loop.compose_batch, ReplayBuffer.add
+    real_generate, real_update, real_compose, real_add = gen_mod.sample_groups, loop._update, loop.compose_batch, ReplayBuffer.add
 
     def generate(*args, **kwargs):
         g = real_generate(*args, **kwargs)
@@ -220,7 +220,7 @@ def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, mon
         stored.append(batch)
         return real_add(self, batch, step, *args, **kwargs)
 
-    monkeypatch.setattr(gen_mod, "generate", generate)
+    monkeypatch.setattr(gen_mod, "sample_groups", generate)
     monkeypatch.setattr(loop, "_update", update)
     monkeypatch.setattr(loop, "compose_batch", compose)
     monkeypatch.setattr(ReplayBuffer, "add", add)
@@ -246,17 +246,17 @@ def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, mon
 
 def test_builtin_train_one_gsm8k_step(shared_model, tmp_path, monkeypatch):
     """GSM8K prompts (long, of very different lengths) through generation: padding and EOS masks."""
-    import grpo_replay.trainer.generation as gen_mod
+    import grpo_replay.generation.transformers as gen_mod
 
     _, tok = shared_model
     generated = []
-    real_generate = gen_mod.generate
+    real_generate = gen_mod.sample_groups
 
     def generate(*args, **kwargs):
         generated.append(real_generate(*args, **kwargs))
         return generated[-1]
 
-    monkeypatch.setattr(gen_mod, "generate", generate)
+    monkeypatch.setattr(gen_mod, "sample_groups", generate)
     sets = dict(prompts_per_step=2, group_size=2, max_new_tokens=12)
     assert main(train_argv(tmp_path / "run", str(GSM8K), 1, **sets)) == 0
     (g,) = generated
@@ -310,7 +310,7 @@ def test_trl_backend_word_sums_rows_logps_and_ages(shared_model, tmp_path, monke
 def test_dense_cache_loads_what_the_gguf_loader_loads(smollm2, monkeypatch):
     """The fixture came through the dequantized cache (on by default); with it off, transformers' GGUF loader
     gives the same weights, tokenizer, chat template and special tokens."""
-    from grpo_replay.models import CACHE_MANIFEST, dense_source, gguf_cache_root, resolve_model
+    from grpo_replay.app.models import CACHE_MANIFEST, dense_source, gguf_cache_root, resolve_model
     from grpo_replay.trainer.setup import load_causal_lm
 
     entry = dense_source(resolve_model(str(GGUF)))

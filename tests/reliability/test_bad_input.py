@@ -10,7 +10,7 @@ import torch
 from helpers import read_jsonl
 
 from grpo_replay.cli import main
-from grpo_replay.data import DataError, load_problems
+from grpo_replay.app.data import DataError, load_problems
 from grpo_replay.trainer import checkpoint
 from grpo_replay.trainer.rewards import RewardScorer
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_replay import configio
-from grpo_replay.data import DataError, load_problems
-from grpo_replay.trainer import command
-from grpo_replay.trainer.config import FIELDS, TrainConfig, resolve
+from grpo_replay.app import configio
+from grpo_replay.app.data import DataError, load_problems
+from grpo_replay.cli import train as command
+from grpo_replay.trainer.train_config import FIELDS, TrainConfig, resolve
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
                 HealthCheck.function_scoped_fixture])

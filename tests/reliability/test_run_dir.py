@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,8 +15,10 @@ import pytest
 from helpers import read_jsonl, without_times
 
 from grpo_replay.cli import main
-from grpo_replay.trainer import command, rundir
-from grpo_replay.trainer.config import TrainConfig
+from grpo_replay.cli import train as command
+from grpo_replay.cli.compare import COMPARE_LOCK
+from grpo_replay.trainer import rundir
+from grpo_replay.trainer.train_config import TrainConfig
 
 
 def _snapshot(d: Path) -> dict:
@@ -169,21 +172,42 @@ def test_resume_with_fewer_steps_than_done_is_refused(reference_run, train_args,
 
 
 # --- one run per directory -----------------------------------------------------------------------------------
-def _race(run_cli, args: list[str], tmp_path) -> tuple[int, str]:
-    """Start the same command twice at once as real processes; exactly one must succeed and the other exit 2.
-    Returns (the winner's pid, the loser's log)."""
-    procs = [run_cli(args, tmp_path / f"{i}.log") for i in range(2)]
-    codes = [p.wait(timeout=300) for p in procs]
+def _race(run_cli, args: list[str], tmp_path, lock: Path) -> tuple[int, str]:
+    """Two real processes of the same command on one directory; exactly one must succeed and the other exit 2.
+    Returns (the winner's pid, the loser's log).
+
+    The first is frozen (SIGSTOP) the moment it holds `lock` and thawed once the second has exited. Started merely
+    together, one tiny run could finish before the other had imported torch, and then both exited 0 (a flake on
+    the loaded 2-core machine); frozen, it holds the lock for as long as the second needs to reach it."""
+    first = run_cli(args, tmp_path / "0.log")
+    deadline = time.monotonic() + 300
+    try:
+        while not _holds(lock, first.pid):
+            assert first.poll() is None, (tmp_path / "0.log").read_text()
+            assert time.monotonic() < deadline, "the first process never took the lock"
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGSTOP)
+        second = run_cli(args, tmp_path / "1.log")
+        codes = [None, second.wait(timeout=300)]
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    codes[0] = first.wait(timeout=300)
     logs = [(tmp_path / f"{i}.log").read_text() for i in range(2)]
-    assert sorted(codes) == [0, 2], logs
-    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
-    assert "Traceback" not in logs[loser], logs[loser]
-    return procs[winner].pid, logs[loser]
+    assert codes == [0, 2], logs
+    assert "Traceback" not in logs[1], logs[1]
+    return first.pid, logs[1]
+
+
+def _holds(lock: Path, pid: int) -> bool:
+    try:
+        return json.loads(lock.read_text()).get("pid") == pid
+    except (OSError, ValueError):
+        return False
 
 
 def test_two_trainings_into_one_directory_at_once_exactly_one_runs(reference_run, train_args, run_cli, tmp_path):
     out = tmp_path / "run"
-    pid, lost = _race(run_cli, train_args(out, steps=3), tmp_path)
+    pid, lost = _race(run_cli, train_args(out, steps=3), tmp_path, out / rundir.LOCK)
     assert f"is in use by another grpo-replay run (pid {pid})" in lost, lost
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]  # one run's steps, in order
     assert [r["step"] for r in read_jsonl(out / "evals.jsonl")] == [0, 3]
@@ -202,7 +226,7 @@ def test_two_compares_into_one_out_at_once_the_second_is_refused(run_cli, tmp_pa
     the holder, before it trains or writes anything (they would race for the same runs and reports)."""
     out = tmp_path / "cmp"
     args = ["compare", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *TINY_COMPARE]
-    pid, lost = _race(run_cli, args, tmp_path)
+    pid, lost = _race(run_cli, args, tmp_path, out / COMPARE_LOCK)
     assert f"{out} is in use by another grpo-replay compare (pid {pid})" in lost, lost
     assert "done " not in lost
     res = json.loads((out / "report" / "results.json").read_text())

@@ -1,4 +1,4 @@
-"""The policy-drift diagnostic (issue 17 item 4): drift/kl_1 and drift/kl_tau on a fixed probe, through real `train()`
+"""The policy-drift diagnostic: drift/kl_1 and drift/kl_tau on a fixed probe, through real `train()`
 runs on the tiny testbed, and its pieces."""
 import math
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import grpo_replay.trainer.loop as loop
-from grpo_replay.configio import ConfigError
+from grpo_replay.app.configio import ConfigError
 from grpo_replay.trainer import checkpoint
-from grpo_replay.trainer.config import resolve
+from grpo_replay.trainer.train_config import resolve
 from grpo_replay.trainer.drift import DriftProbe, kl_mean, lags_for
 from helpers import read_jsonl, without_times
 

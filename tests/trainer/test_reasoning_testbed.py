@@ -5,9 +5,9 @@ import pytest
 import yaml
 
 from grpo_replay.cli import main
-from grpo_replay.configio import ConfigError
+from grpo_replay.app.configio import ConfigError
 from grpo_replay.tasks.testbed import TestbedConfig
-from grpo_replay.trainer.config import TrainConfig, resolve
+from grpo_replay.trainer.train_config import TrainConfig, resolve
 from helpers import read_jsonl
 
 # The reasoning task at unit-test size: 3-4 one-digit operands, a 1-layer width-32 model, a 40-step warm start.
@@ -51,13 +51,13 @@ def test_named_testbed_config_resolves():
 
 
 def configio_flat(text: str) -> dict:
-    from grpo_replay.configio import flatten
+    from grpo_replay.app.configio import flatten
 
     return flatten(yaml.safe_load(text))
 
 
 def test_cli_testbed_flag(tmp_path):
-    from grpo_replay.trainer.command import add_arguments, config_from_args
+    from grpo_replay.cli.train import add_arguments, config_from_args
     import argparse
 
     p = argparse.ArgumentParser()

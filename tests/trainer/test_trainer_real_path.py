@@ -1,4 +1,4 @@
-"""The built-in trainer's real-model path (issue 11 items 11-13), through real `train()` runs on the tiny testbed."""
+"""The built-in trainer's real-model path, through real `train()` runs on the tiny testbed."""
 import math
 import random
 import sys
@@ -10,8 +10,8 @@ import torch
 import grpo_replay.trainer.loop as loop
 from grpo_replay import ReplayBuffer
 from grpo_replay.trainer import checkpoint
-from grpo_replay.trainer.config import resolve
-from grpo_replay.trainer.generation import token_logps
+from grpo_replay.trainer.train_config import resolve
+from grpo_replay.trainer.logprobs import token_logps
 from grpo_replay.trainer.setup import build_policy
 from helpers import read_jsonl, without_times
 

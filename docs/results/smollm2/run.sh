@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export PYTHONPATH=$PWD/src HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 PY=${PY:-.venv/bin/python}
-MODEL=$($PY -m grpo_replay.models)
+MODEL=$($PY -m grpo_replay.app.models)
 OUT=${OUT:-runs/smollm2}
 mkdir -p "$OUT"
 COMMON=(--reward math --model "$MODEL" --data word_sums:2,3 --steps "${STEPS:-60}" --device cpu --no-progress

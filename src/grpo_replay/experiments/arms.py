@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..tasks.testbed.config import TINY_TESTBED  # noqa: F401  (re-exported: the quick setting uses it)
+from ..tasks.testbed.testbed_config import TINY_TESTBED  # noqa: F401  (re-exported: the quick setting uses it)
 
 
 BASE = "grpo"

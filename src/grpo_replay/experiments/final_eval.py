@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import configio
-from ..data import BENCHMARKS
+from ..app import configio
+from ..app.data import BENCHMARKS
 from .jobs import RunSpec, _init_worker
 
 PRUNED = "checkpoints_deleted.json"  # marker in <run dir>/bench/: the final checkpoint was deleted after evaluation
@@ -81,7 +81,7 @@ class BenchSettings:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:8]
 
     def labels(self) -> list[str]:
-        from ..eval.runner import benchmark_label
+        from ..eval.harness import benchmark_label
 
         return [benchmark_label(b) for b in self.benchmarks]
 
@@ -137,7 +137,7 @@ def _ensure_tokenizer(model_dir: Path, overrides: dict) -> None:
         return
     from transformers import AutoTokenizer
 
-    from ..models import dense_source, resolve_model
+    from ..app.models import dense_source, resolve_model
 
     src = dense_source(resolve_model(str(overrides["model"]), overrides.get("model_file")))
     AutoTokenizer.from_pretrained(src.path, **src.kwargs()).save_pretrained(model_dir)
@@ -145,8 +145,10 @@ def _ensure_tokenizer(model_dir: Path, overrides: dict) -> None:
 
 def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) -> dict:
     """Evaluate one finished run on its missing benchmarks (worker process); prune checkpoints when complete."""
-    from ..eval.generation import SamplingParams, TransformersGenerator, VLLMGenerator, load_model
-    from ..eval.runner import EvalSettings, benchmark_label, run_evaluation
+    from ..generation import SamplingParams
+    from ..generation.transformers import TransformersGenerator, load_model
+    from ..generation.vllm import VLLMGenerator
+    from ..eval.harness import EvalSettings, benchmark_label, run_evaluation
 
     t0 = time.time()
     rd = Path(run_dir)

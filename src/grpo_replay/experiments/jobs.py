@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import configio
+from ..app import configio
 from .arms import Arm, seed_overrides
 
 # Keys that do not change what a run computes (excluded from the run-directory hash). drift_probe only adds the
@@ -54,7 +54,7 @@ class RunSpec:
 
 def config_hash(overrides: dict) -> str:
     """Short hash of the fully resolved TrainConfig (defaults included), minus keys that do not change results."""
-    from ..trainer.config import resolve
+    from ..trainer.train_config import resolve
 
     flat = configio.flatten(resolve(overrides).to_dict())
     for k in _UNHASHED:
@@ -98,7 +98,7 @@ def _init_worker() -> None:
 
 def _warm_one(overrides: dict) -> str:
     from ..tasks.testbed import warm_start
-    from ..trainer.config import resolve
+    from ..trainer.train_config import resolve
 
     tb = resolve(overrides).testbed
     _, _, info = warm_start(tb, progress=False)
@@ -107,7 +107,7 @@ def _warm_one(overrides: dict) -> str:
 
 def _train_one(overrides: dict) -> dict:
     from ..trainer import rundir
-    from ..trainer.config import resolve
+    from ..trainer.train_config import resolve
     from ..trainer.loop import train
     from ..trainer.trl_backend import train_with_trl
 
@@ -198,7 +198,7 @@ def execute(specs: list[RunSpec], jobs: int, progress: bool = True, poll_s: floa
 def _warm_starts(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress) -> None:
     """Compute (or load) each distinct warm start once, in parallel, before any run needs it."""
     from ..tasks.testbed.warmstart import _is_complete
-    from ..trainer.config import resolve
+    from ..trainer.train_config import resolve
 
     distinct: dict[str, dict] = {}
     for s in todo:

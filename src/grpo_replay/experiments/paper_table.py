@@ -1,7 +1,7 @@
 """The paper's table from the benchmark stage: per-benchmark and mean accuracy (mean@n) with t-intervals over seeds,
 pass@k, AES vs GRPO and lengths split by correctness, each paired by seed against GRPO.
 
-Every number comes from the evaluation harness's per-benchmark rows (`grpo_replay.eval.runner.score_benchmark`),
+Every number comes from the evaluation harness's per-benchmark rows (`grpo_replay.eval.harness.score_benchmark`),
 averaged over benchmarks with its own `summarize` (the paper's unweighted mean), then over seeds with `stats.ci`.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..eval.metrics import aes, relative_change
-from ..eval.runner import summarize
+from ..eval.harness import summarize
 from .arms import BASE
 from .final_eval import BenchSettings, load_results
 from .jobs import RunSpec

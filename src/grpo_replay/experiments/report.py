@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..plotting import compare as plots
-from ..provenance import UNRECORDED, describe, provenance, run_commits_line
+from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
 from .claims import check_claims

@@ -20,8 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from ..provenance import describe, provenance, run_commits_line
-from ..tasks.testbed.config import SIZE_SERIES, TestbedConfig
+from ..app.provenance import describe, provenance, run_commits_line
+from ..tasks.testbed.testbed_config import SIZE_SERIES, TestbedConfig
 from . import claims
 from .arms import BASE
 from .stats import CONFIDENCE, POWER, ci, format_ci, paired_ci, slope_ci

@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..data import load_problems
+from ..app.data import load_problems
 from .word_sums import HELDOUT_SEED, difficulty, TRAIN_ROWS, TRAIN_SEED, is_word_sums, word_sum_problems
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

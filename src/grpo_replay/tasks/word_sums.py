@@ -2,7 +2,7 @@
 
 Named data option `--data word_sums` (or `word_sums:D1,D2,...`: the operand digit counts mixed evenly; the
 default `word_sums` is `word_sums:1,2`). SmolLM2-135M-Instruct (docs/models.md) gets one-digit sums right about
-half the time and two-digit sums rarely (issue 15: 34/64 and 3/64 at temperature 0.6, top_p 0.95), so GRPO
+half the time and two-digit sums rarely (34/64 and 3/64 at temperature 0.6, top_p 0.95), so GRPO
 groups have reward variance from the first step. The prompt is the bare question (no \\boxed{} instruction,
 which a 135M model does not follow); the reward is math-verify on the completion's final answer (no box needed).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from ..data import DataError, Problem
+from ..app.data import DataError, Problem
 
 PREFIX = "word_sums"
 TRAIN_ROWS = 4096

@@ -29,7 +29,8 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
-from .generation import completion_logits, generate
+from ..generation.transformers import sample_groups
+from .logprobs import completion_logits
 
 DRIFT_SEED_OFFSET = 4242  # probe sampling seed = cfg.seed + this: a stream apart from training and evaluation
 MAX_BYTES = 2 << 30  # kept log-probs above this are refused (a large vocabulary: lower drift_probe)
@@ -54,7 +55,7 @@ class DriftProbe:
         chosen = [prompts[i % len(prompts)] for i in range(n)]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            g = generate(model, tokenizer, chosen, 1, max_new_tokens, temperature)
+            g = sample_groups(model, tokenizer, chosen, 1, max_new_tokens, temperature)
         rows = {"prompt_ids": g.prompt_ids, "prompt_mask": g.prompt_mask,
                 "completion_ids": g.completion_ids, "completion_mask": g.completion_mask}
         return cls(rows, lags, temperature, micro_batch)

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from ..eval.metrics import evaluate_correctness, length_split
-from .generation import generate
+from ..generation.transformers import sample_groups
 
 
 @torch.no_grad()
@@ -23,7 +23,7 @@ def evaluate(
         torch.manual_seed(seed)
         for i in range(0, len(prompts), chunk):
             ps, probs = prompts[i : i + chunk], problems[i : i + chunk]
-            g = generate(model, tokenizer, ps, n_samples, max_new_tokens, temperature)
+            g = sample_groups(model, tokenizer, ps, n_samples, max_new_tokens, temperature)
             lens = g.completion_mask.sum(1).tolist()
             for j, prob in enumerate(probs):
                 rs = [task.reward(g.texts[j * n_samples + s], prob) for s in range(n_samples)]
@@ -31,7 +31,7 @@ def evaluate(
                 lengths += lens[j * n_samples : (j + 1) * n_samples]
                 correct += [r > 0 for r in rs]
                 by_diff.setdefault(getattr(prob, "difficulty", 0), []).append(sum(rs) / n_samples)
-            gg = generate(model, tokenizer, ps, 1, max_new_tokens, greedy=True)
+            gg = sample_groups(model, tokenizer, ps, 1, max_new_tokens, greedy=True)
             greedy_correct += [task.reward(t, p) > 0 for t, p in zip(gg.texts, probs)]
     ks = [k for k in (1, 2, 4, 8, 16) if k <= n_samples]
     res = evaluate_correctness(counts, ks)

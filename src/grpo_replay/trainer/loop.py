@@ -1,4 +1,4 @@
-"""The built-in trainer: Algorithm 1 of METHOD.md, readable top to bottom.
+"""The built-in trainer: Algorithm 1 of docs/method.md, readable top to bottom.
 
 One step t:
   1. generate G rollouts per fresh prompt with the current policy (behaviour policy pi_t)
@@ -45,17 +45,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import tracking
-from ..console import quiet_third_party
+from ..app import tracking
+from ..app.console import quiet_third_party
 from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..loss import LossConfig
-from ..provenance import provenance
+from ..app.provenance import provenance
 from ..rollout import cat_padded
 from . import checkpoint, rundir
-from .config import TrainConfig
+from .train_config import TrainConfig
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .evaluation import evaluate
-from .generation import TransformersGenerator, VLLMGenerator, token_logps
+from ..generation.transformers import TransformersGenerator
+from .logprobs import token_logps
 from .rewards import RewardScorer
 from .setup import build_policy
 from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
@@ -160,7 +161,9 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
                                  micro_batch=cfg.micro_batch_size)
         drift.check_memory(model.get_output_embeddings().weight.shape[0])
     if cfg.generator == "vllm":
-        generator = VLLMGenerator(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
+        from ..generation.vllm import VLLMGenerator
+
+        generator = VLLMGenerator.colocated(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
     else:
         generator = TransformersGenerator(model, tokenizer)
     return Run(
@@ -204,7 +207,7 @@ def step(run: Run, t: int) -> StepOutput:
     t0 = time.perf_counter()
     # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
     problems = run.task.sample_problems(run.prompt_rng, cfg.prompts_per_step)
-    gen = run.generator([p.prompt for p in problems], cfg.group_size, run.max_new, cfg.temperature)
+    gen = run.generator.sample([p.prompt for p in problems], cfg.group_size, run.max_new, cfg.temperature)
     n_gen = len(gen.texts)
     run.state["generated"] += n_gen
     t_generate = time.perf_counter() - t0
@@ -330,7 +333,7 @@ def finish(run: Run) -> dict[str, Any]:
     summary["reward_errors"], summary["reward_timeouts"] = run.scorer.errors, run.scorer.timeouts
     summary["provenance"] = provenance()  # the code this run finished with (a resumed run may have started on another)
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    from .plots import plot_run
+    from ..plotting.training import plot_run
 
     plot_run(run.run_dir)
     return summary

@@ -23,7 +23,9 @@ from typing import Any, Iterator
 
 import yaml
 
-from .. import __version__, configio
+from .. import __version__
+from ..app import configio
+from ..errors import UsageError
 
 MARKER = ".grpo-replay-run"
 LOCK = ".grpo-replay.lock"
@@ -50,7 +52,7 @@ _OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl
                    r"|tensorboard|wandb|wandb_run_id|log_history\.json|checkpoint-\d+|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
 
 
-class RunDirError(RuntimeError):
+class RunDirError(UsageError):
     """The run directory cannot be used (bad path, foreign files, in use, or a changed config on resume)."""
 
 
@@ -80,7 +82,7 @@ def _foreign_files(run_dir: Path) -> list[str]:
 
 
 def _is_train_config(path: Path) -> bool:
-    from .config import resolve
+    from .train_config import resolve
 
     try:
         resolve(yaml_path=str(path))
@@ -103,7 +105,7 @@ def config_diff(saved, requested) -> dict[str, tuple[Any, Any]]:
 def _check_resume(cfg, run_dir: Path) -> int:
     """Refuse a resume that would mix two runs; returns the steps the run has done (0 for a new run)."""
     from .checkpoint import latest
-    from .config import resolve
+    from .train_config import resolve
 
     path = run_dir / "config.yaml"
     ckpt = latest(run_dir)

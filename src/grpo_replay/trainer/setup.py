@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from .config import TrainConfig
+from ..errors import UsageError
+from .train_config import TrainConfig
 
 
 def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any, dict]:
@@ -27,18 +28,18 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
     return model, tokenizer, task, {"model": cfg.model, "data": cfg.data, "train_prompts": len(task.train)}
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UsageError):
     """TrainConfig.model cannot be loaded as a causal LM; the message says why."""
 
 
 def load_causal_lm(name: str, device: torch.device, model_file: str | None = None):
-    """A causal LM and its tokenizer from a local path, hub id or GGUF checkpoint (`grpo_replay.models`), with
+    """A causal LM and its tokenizer from a local path, hub id or GGUF checkpoint (`grpo_replay.app.models`), with
     clear errors for the usual mistakes: a path that does not exist (FileNotFoundError), and a folder or id
     without a model config, holding a model that is not a causal LM, or missing its weights or tokenizer
     (ModelLoadError)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import as_plain_model, dense_source, resolve_model
+    from ..app.models import as_plain_model, dense_source, resolve_model
 
     try:
         source = resolve_model(name, model_file, field="TrainConfig.model", file_field="TrainConfig.model_file")

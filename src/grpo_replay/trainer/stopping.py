@@ -7,12 +7,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..errors import Stopped
 
-class TrainingStopped(RuntimeError):
+
+class TrainingStopped(Stopped):
     """Raised after max_bad_steps consecutive non-finite losses (a checkpoint was written first)."""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(Stopped):
     """Writing a checkpoint failed (e.g. disk full); the previous checkpoint is intact and the run stops."""
 
 

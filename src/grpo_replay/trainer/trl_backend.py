@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .config import TrainConfig
+from .train_config import TrainConfig
 from .rundir import claim
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..configio import ConfigError
-from .config import TrainConfig
+from ..app.configio import ConfigError
+from .train_config import TrainConfig
 
 
 def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def train_real_with_trl(cfg: TrainConfig) -> dict[str, Any]:
 def _trl_args(cfg: TrainConfig, run_dir, use_cpu: bool):
     """The `ReplayGRPOConfig` of the run: the mapping of the module docstring, checkpoints every checkpoint_every."""
     from ..integrations.trl import ReplayGRPOConfig
-    from ..integrations.trl.config import trl_replay_kwargs
+    from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
 
     return ReplayGRPOConfig(
         output_dir=str(run_dir),

@@ -1,5 +1,4 @@
-"""The verl `replay` group builds its ReplayConfig through the core constructor: NaN/inf are rejected there
-(issue 16 item 2). A separate file so it merges cleanly with the hook tests."""
+"""The verl `replay` group builds its ReplayConfig through the core constructor: NaN/inf are rejected there."""
 from __future__ import annotations
 
 import math

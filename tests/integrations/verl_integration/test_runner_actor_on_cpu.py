@@ -1,7 +1,7 @@
 """`ReplayTaskRunner` as a real Ray actor (local Ray, 1 CPU), the way `run_ppo` creates and calls it. CPU only.
 
 An in-process instance cannot show actor-creation failures: the actor class and its bases are pickled to a worker
-process, and a base pickled by value broke `super()` there (issue 11). `run` gets a verl config whose model path
+process, and a base pickled by value broke `super()` there. `run` gets a verl config whose model path
 does not exist, so verl's unchanged `TaskRunner.run` proceeds inside the actor until it loads the model config.
 """
 from __future__ import annotations

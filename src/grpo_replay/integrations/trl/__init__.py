@@ -45,8 +45,8 @@ def _check_trl_version() -> str:
 
 TRL_VERSION = _check_trl_version()
 
-from .config import ReplayGRPOConfig  # noqa: E402
-from .trainer import ReplayGRPOTrainer  # noqa: E402
+from .replay_grpo_config import ReplayGRPOConfig  # noqa: E402
+from .replay_grpo_trainer import ReplayGRPOTrainer  # noqa: E402
 
 
 def train_testbed_with_trl(*args, **kwargs):

@@ -36,7 +36,7 @@ def train_testbed_with_trl(
     """
     from ...tasks.testbed import TestbedConfig, TestbedTask, warm_start
     from . import ReplayGRPOConfig, ReplayGRPOTrainer
-    from .config import trl_replay_kwargs
+    from .replay_grpo_config import trl_replay_kwargs
 
     cfg = testbed_config or TestbedConfig()
     model, tokenizer, _info = warm_start(cfg, progress=progress)

@@ -4,7 +4,7 @@ After changing either (a field, a default, a docstring or a preset), rewrite the
 
     .venv-verl/bin/python -m grpo_replay.integrations.verl.replay_group
 
-tests/test_config.py (main environment, without verl) checks the core part of every file against `ReplayConfig`;
+tests/core/test_config.py (main environment, without verl) checks the core part of every file against `ReplayConfig`;
 tests/integrations/verl_integration checks each whole file against `group_yaml`.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ...config import PRESETS, ReplayConfig
-from ...configio import field_docs
+from ...app.configio import field_docs
 from .hook import VerlReplaySettings
 
 GROUP_DIR = Path(__file__).parent / "config" / "replay"

@@ -2,7 +2,7 @@
 tokenizer, tiny Llama/Qwen2 causal LM and a cached supervised warm start.  See docs/testbed.md.
 """
 
-from .config import TestbedConfig
+from .testbed_config import TestbedConfig
 from .model import (build_model, decode_completions, generate_completions, model_config,
                     n_params, sampled_pass_rate)
 from .task import (TestbedProblem, TestbedTask, extract_answer, make_problem, target_completion,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
 
-from .config import TestbedConfig
+from .testbed_config import TestbedConfig
 
 
 def model_config(cfg: TestbedConfig, tokenizer):
@@ -69,11 +69,11 @@ def generate_completions(
     ``[len(prompts) * num_return_sequences, T]`` tensor of generated ids (pad after EOS),
     grouped by prompt (rows ``i*k .. i*k+k-1`` belong to prompt ``i``).
     """
-    from ...trainer.generation import generate  # the trainer's sampler: one implementation of sampling
+    from ...generation.transformers import sample_groups  # the trainer's sampler: one implementation of sampling
 
     if seed is not None:
         torch.manual_seed(seed)
-    g = generate(model, tokenizer, prompts, num_return_sequences, max_new_tokens, temperature, greedy=not do_sample)
+    g = sample_groups(model, tokenizer, prompts, num_return_sequences, max_new_tokens, temperature, greedy=not do_sample)
     return g.texts, g.completion_ids
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import TestbedConfig, _validate
+from .testbed_config import TestbedConfig, _validate
 from .tokenizer import BOS, EOS, PAD, build_tokenizer
 
 WORK_OPEN, WORK_CLOSE = "[", "]"
@@ -35,7 +35,7 @@ _ANSWER_RE = re.compile(r"\d{1,30}")
 
 @dataclass(frozen=True)
 class TestbedProblem:
-    """One prompt of the testbed task (``grpo_replay.data.Problem``-like)."""
+    """One prompt of the testbed task (``grpo_replay.app.data.Problem``-like)."""
 
     __test__ = False
 

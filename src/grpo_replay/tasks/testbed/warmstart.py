@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from ...models import sha256_file
-from .config import TestbedConfig
+from ...errors import GrpoReplayError
+from ...app.models import sha256_file
+from .testbed_config import TestbedConfig
 from .model import build_model, n_params, sampled_pass_rate
 from .task import TestbedTask
 from .tokenizer import build_tokenizer
@@ -148,7 +149,7 @@ def train_warm_start(cfg: TestbedConfig, progress: bool = True):
     return model, tokenizer, info
 
 
-class CorruptCacheError(RuntimeError):
+class CorruptCacheError(GrpoReplayError, RuntimeError):
     """A cached warm start that cannot be read, or whose weights differ from the ones it recorded."""
 
 

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
+from ..errors import UsageError
+
 BENCHMARKS = ("math500", "aime25", "aime26", "hmmt_feb25", "hmmt_feb26")
 """The paper's five evaluation benchmarks, in reporting order."""
 
@@ -42,7 +44,7 @@ _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class DataError(ValueError):
+class DataError(UsageError):
     """A malformed data row; the message names the file (or dataset) and the 1-based line (or row) number."""
 
     def __init__(self, where: str, line: Optional[int], reason: str):
@@ -76,18 +78,10 @@ class ProblemList(list):
 # Locating data
 
 
-def repo_root() -> Path:
-    """The checkout root (``src/grpo_replay/data.py`` -> two levels above ``src``)."""
-    return Path(__file__).resolve().parents[2]
-
-
 def default_data_dir() -> Optional[Path]:
-    """``$GRPO_REPLAY_DATA`` if set, else ``<repo>/../shared/data`` if it exists, else None."""
+    """``$GRPO_REPLAY_DATA`` (the one place data is looked for when no path is given), or None when unset."""
     env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env)
-    candidate = repo_root().parent / "shared" / "data"
-    return candidate if candidate.is_dir() else None
+    return Path(env) if env else None
 
 
 def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
@@ -101,7 +95,7 @@ def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
         raise FileNotFoundError(
             f"no data directory for benchmark {name!r}: pass data_dir (--data-dir) or set ${DATA_ENV}"
         )
-    # The shared data layout keeps benchmarks in a subfolder; accept both that root and the folder itself.
+    # A data directory keeps benchmarks in a subfolder; accept both that root and the folder itself.
     candidates = [base / f"{name}.jsonl", base / "benchmarks" / f"{name}.jsonl"]
     for path in candidates:
         if path.is_file():
@@ -335,7 +329,7 @@ def _final_answer(text: str, from_solution: bool, where: str, line: int) -> str:
     """The gold final answer in `text`: the last \\boxed{} of a MATH worked solution, the number after GSM8K's
     `####` (thousands commas dropped: graders compare `1,080` with a model's `1080` as different strings), else text."""
     if from_solution:
-        from .eval.grading import extract_boxed
+        from ..eval.grading import extract_boxed
 
         boxed = extract_boxed(text)
         if boxed is None:

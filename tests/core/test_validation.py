@@ -1,4 +1,4 @@
-"""Bad numbers and shapes at the core API (issue 16 items 2, 9, 10, 13): each fails early with a ValueError
+"""Bad numbers and shapes at the core API: each fails early with a ValueError
 that names the field, never a NaN update, a bare TypeError or a raw torch indexing error."""
 import dataclasses
 import math
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from grpo_replay import LossConfig, ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages, nonzero_variance_mask
-from grpo_replay.configio import ConfigError
-from grpo_replay.trainer.config import resolve
+from grpo_replay.app.configio import ConfigError
+from grpo_replay.trainer.train_config import resolve
 from helpers import make_batch
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
@@ -57,7 +57,7 @@ def test_trl_config_rejects_non_finite_replay_fields(tmp_path):
             ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kw)
 
 
-# --- issue 16 item 9: non-finite rewards -------------------------------------------------------------
+# --- non-finite rewards -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fn", [group_advantages, nonzero_variance_mask])
@@ -69,7 +69,7 @@ def test_non_finite_rewards_are_an_error_in_the_core_helpers(fn, bad):
         fn(r, gid)
 
 
-# --- issue 16 item 10: shapes --------------------------------------------------------------------------
+# --- shapes -------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fn", [group_advantages, nonzero_variance_mask])
@@ -113,7 +113,7 @@ def test_rollout_batch_rejects_a_non_tensor():
         dataclasses.replace(b, rewards=[0.0, 1.0])
 
 
-# --- issue 16 item 13: token ids beyond int32 ----------------------------------------------------------
+# --- token ids beyond int32 --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("field", ["prompt_ids", "completion_ids"])

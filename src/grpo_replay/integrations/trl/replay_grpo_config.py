@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from trl import GRPOConfig
 
 from ...config import PRESETS, ReplayConfig
-from ...configio import bad, field_docs, is_finite
+from ...app.configio import bad, field_docs, is_finite
 
 TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
 

@@ -38,7 +38,7 @@ def test_pool_keeps_total_fixed(preset):
     "n_fresh_groups,group_size,ratio", [(1, 8, 0.5), (2, 8, 0.25), (3, 4, 1.0), (8, 8, 0.5), (5, 2, 3.0)]
 )
 def test_pool_whole_group_draws_never_overshoot_the_share(preset, ratio, n_fresh_groups, group_size):
-    # Issue 11 item 14: one fresh group of 8 with replay_ratio 0.5 used to be displaced by a whole replayed
+    # One fresh group of 8 with replay_ratio 0.5 used to be displaced by a whole replayed
     # group of 8 (replay share 1.0); the share must stay <= replay_ratio / (1 + replay_ratio).
     buf = ReplayBuffer(ReplayConfig.from_preset(preset, warmup_steps=0, replay_ratio=ratio), seed=1)
     for t in range(3):

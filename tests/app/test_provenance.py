@@ -3,7 +3,7 @@ import subprocess
 import pytest
 
 from grpo_replay import __version__
-from grpo_replay.provenance import describe, git_commit, provenance, run_commits_line
+from grpo_replay.app.provenance import describe, git_commit, provenance, run_commits_line
 
 
 def test_outside_a_checkout_the_commit_is_unknown_not_guessed(tmp_path):

@@ -30,7 +30,7 @@ TASKS = ("addition", "running_sum")
 #: Named testbed configs (``TestbedConfig.named``; ``TrainConfig.testbed_preset`` / ``--testbed``).
 TESTBED_PRESETS = ("default", "reasoning", "small", "large")
 
-#: The model-size series (docs/testbed.md, issue 17): the default task and warm-start window at three widths, depth
+#: The model-size series (docs/testbed.md): the default task and warm-start window at three widths, depth
 #: 2 and an MLP 3x the width throughout (0.11M / 0.43M / 1.71M parameters); the warm-start lr is 3e-3 (1.5e-3 for the widest).
 SIZE_SERIES = ("small", "default", "large")
 

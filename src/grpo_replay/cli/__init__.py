@@ -1,4 +1,7 @@
-"""`grpo-replay` command line: train | eval | compare | plot."""
+"""`grpo-replay` command line: train | eval | compare | plot.
+
+Each command is a module of this package with `add_arguments(parser)` and `run(args) -> int`; `main` maps the
+exception tree of `grpo_replay.errors` to exit codes for all of them."""
 from __future__ import annotations
 
 import argparse
@@ -10,10 +13,10 @@ from typing import Optional, Sequence
 # Subcommand -> module providing `add_arguments(parser)` and `run(args) -> int`; imported lazily so that
 # `grpo-replay --help` stays fast and an optional extra missing for one command does not break the others.
 COMMANDS = {
-    "train": ("grpo_replay.trainer.command", "Train with GRPO + replay (default: the embedded testbed, paper preset)."),
-    "eval": ("grpo_replay.eval.command", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
-    "compare": ("grpo_replay.experiments.command", "Run the paper's comparisons and ablations over seeds."),
-    "plot": ("grpo_replay.plotting.runs", "Plot run directories on shared axes with a table of final metrics."),
+    "train": ("grpo_replay.cli.train", "Train with GRPO + replay (default: the embedded testbed, paper preset)."),
+    "eval": ("grpo_replay.cli.evaluate", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
+    "compare": ("grpo_replay.cli.compare", "Run the paper's comparisons and ablations over seeds."),
+    "plot": ("grpo_replay.cli.plot", "Plot run directories on shared axes with a table of final metrics."),
 }
 
 # What the `app` extra installs, by import name: every command needs it, the core (`import grpo_replay`) does not.
@@ -49,7 +52,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    from ..errors import EXIT_STOPPED, EXIT_USAGE, ConfigError, Stopped, UsageError
+
+    # The exit-code contract, in one place: 0 done, 1 stopped (rerun to resume), 2 bad input (nothing computed).
+    # A command may also return its code itself, after printing its own message.
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except ConfigError as e:
+        print(f"grpo-replay {args.command}: config error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as e:
+        print(f"grpo-replay {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Stopped as e:
+        print(f"grpo-replay {args.command}: stopped: {e}", file=sys.stderr)
+        return EXIT_STOPPED
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import configio
+from ..app import configio
 from ..config import PRESETS
-from ..tasks.testbed.config import TESTBED_PRESETS
-from .config import BACKENDS, DEVICES, REWARDS
+from ..tasks.testbed.testbed_config import TESTBED_PRESETS
+from ..trainer.train_config import BACKENDS, DEVICES, REWARDS
 
 # Common fields get their own flag; every field (dotted, e.g. replay.tau_max) is reachable with --set.
 SHORT_FLAGS = {
@@ -28,7 +28,7 @@ FLAG_NAMES = {"out_dir": "--out", "testbed_preset": "--testbed"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .config import FIELDS
+    from ..trainer.train_config import FIELDS
 
     p.add_argument("--config", help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
@@ -57,7 +57,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 
 def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
-    from .config import resolve
+    from ..trainer.train_config import resolve
 
     try:
         cfg = resolve(overrides_from_args(args), args.config)
@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from .config import FIELDS
+    from ..trainer.train_config import FIELDS
 
     if args.list_keys:
         for k, (t, doc) in FIELDS.items():
@@ -87,18 +87,18 @@ def run(args: argparse.Namespace) -> int:
     except configio.ConfigError as e:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
-    from ..data import DataError
-    from .stopping import CheckpointError, TrainingStopped
-    from .rundir import RunDirError
-    from .setup import ModelLoadError
+    from ..app.data import DataError
+    from ..trainer.stopping import CheckpointError, TrainingStopped
+    from ..trainer.rundir import RunDirError
+    from ..trainer.setup import ModelLoadError
 
     try:
         if cfg.backend == "trl":
-            from .trl_backend import train_with_trl
+            from ..trainer.trl_backend import train_with_trl
 
             summary = train_with_trl(cfg)
         else:
-            from .loop import train
+            from ..trainer.loop import train
 
             summary = train(cfg)
     except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError) as e:

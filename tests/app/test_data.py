@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_replay.data import BENCHMARKS, DataError, Problem, default_data_dir, load_problems, resolve_benchmark
+from grpo_replay.app.data import BENCHMARKS, DataError, Problem, default_data_dir, load_problems, resolve_benchmark
 from helpers import SHARED_DATA
 
 SHARED = SHARED_DATA
@@ -218,8 +218,11 @@ def test_shared_benchmarks_load(monkeypatch):
     monkeypatch.delenv("GRPO_REPLAY_DATA", raising=False)
     counts = {name: len(load_problems(resolve_benchmark(name, SHARED / "benchmarks"), split="test")) for name in BENCHMARKS}
     assert counts == {"math500": 500, "aime25": 30, "aime26": 30, "hmmt_feb25": 30, "hmmt_feb26": 33}
-    # Default data dir: ../shared/data relative to the checkout.
-    assert resolve_benchmark("aime25").name == "aime25.jsonl"
+    # No path given: $GRPO_REPLAY_DATA is the one place looked in; unset, the error says what to give.
+    with pytest.raises(FileNotFoundError, match=r"--data-dir.*GRPO_REPLAY_DATA"):
+        resolve_benchmark("aime25")
+    monkeypatch.setenv("GRPO_REPLAY_DATA", str(SHARED))
+    assert resolve_benchmark("aime25") == SHARED / "benchmarks" / "aime25.jsonl"
 
 
 def test_a_hub_dataset_with_a_config_is_named_dataset_colon_config(monkeypatch):

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from .runner import MEAN_KEY
+from .harness import MEAN_KEY
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
@@ -61,54 +61,6 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_pass_at_k(results: dict, path: Path) -> None:
-    """pass@k against k (log2 axis), one line per benchmark plus the mean."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: no display on servers / in tests
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, row in _rows(results):
-        ks = sorted(int(k) for k in row["pass@k"])
-        ys = [100 * (row["pass@k"][str(k)] or 0.0) for k in ks]
-        style = dict(color="black", linewidth=2.5) if name == "**mean**" else {}
-        ax.plot(ks, ys, marker="o", label=name.strip("*"), **style)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k (%)")
-    ax.set_title(f"pass@k: {Path(str(results['model'])).name}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_length_split(results: dict, path: Path) -> None:
-    """Grouped bars: mean tokens of correct vs incorrect completions per benchmark."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [name.strip("*") for name, _ in _rows(results)]
-    rows = [row for _, row in _rows(results)]
-    xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 4))
-    width = 0.38
-    for offset, part, color in ((-width / 2, "correct", "tab:green"), (width / 2, "incorrect", "tab:red")):
-        ax.bar([x + offset for x in xs], [r["length"][part] or 0.0 for r in rows], width, label=part, color=color)
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels(names, rotation=20)
-    ax.set_ylabel("mean completion length (tokens)")
-    ax.set_title("completion length by correctness")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def write_report(results: dict, out_dir: Path) -> dict[str, Path]:
     """Write results.json, results.md, pass_at_k.png and length_split.png into ``out_dir``."""
     out_dir = Path(out_dir)
@@ -123,8 +75,11 @@ def write_report(results: dict, out_dir: Path) -> dict[str, Path]:
     tmp.write_text(json.dumps(results, indent=2, allow_nan=True) + "\n", encoding="utf-8")
     tmp.replace(paths["json"])  # atomic: a crash never leaves a half-written results file
     paths["markdown"].write_text(markdown_table(results), encoding="utf-8")
-    plot_pass_at_k(results, paths["pass_at_k"])
-    plot_length_split(results, paths["length_split"])
+    from ..plotting.benchmarks import plot_length_split, plot_pass_at_k
+
+    rows = list(_rows(results))
+    plot_pass_at_k(rows, results["model"], paths["pass_at_k"])
+    plot_length_split(rows, paths["length_split"])
     return paths
 
 

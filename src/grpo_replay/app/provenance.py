@@ -11,9 +11,9 @@ import platform
 import subprocess
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root for an editable install / source tree
+CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root for an editable install / source tree
 
 
 def git_commit(root: Path = CHECKOUT) -> str:

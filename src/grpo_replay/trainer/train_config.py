@@ -11,11 +11,11 @@ from typing import Any, Mapping, Optional, Union
 
 import yaml
 
-from .. import configio
+from ..app import configio
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
-from ..tasks.testbed.config import TESTBED_PRESETS, TestbedConfig
+from ..tasks.testbed.testbed_config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
@@ -155,7 +155,7 @@ class TrainConfig:
             configio.bad(self, "generator", ", ".join(GENERATORS))
         if self.drift_probe and self.backend != "builtin":
             configio.bad(self, "drift_probe", "0 with backend='trl' (the drift diagnostic is the built-in trainer's)")
-        from ..tracking import parse_report_to
+        from ..app.tracking import parse_report_to
 
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"
         if self.reward not in REWARDS:

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from grpo_replay import PRESETS, ReplayConfig
-from grpo_replay.configio import field_docs
+from grpo_replay.app.configio import field_docs
 
 
 def test_defaults_are_the_papers():
@@ -53,7 +53,7 @@ def test_unknown_preset():
         ReplayConfig.from_preset("best")
 
 
-VERL_REPLAY_GROUP = Path(__file__).resolve().parents[1] / "src/grpo_replay/integrations/verl/config/replay"
+VERL_REPLAY_GROUP = Path(__file__).resolve().parents[2] / "src/grpo_replay/integrations/verl/config/replay"
 
 
 @pytest.mark.parametrize("preset", PRESETS)

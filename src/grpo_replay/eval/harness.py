@@ -1,8 +1,8 @@
 """The evaluation pipeline: load benchmarks, generate (with a resumable cache), grade, compute every metric.
 
 :func:`run_evaluation` is the file-free core used by ``grpo-replay eval`` (and reusable by the experiment
-runner): it takes any :class:`~grpo_replay.eval.generation.Generator` and returns the results dictionary that
-:mod:`grpo_replay.eval.report` writes out.
+runner): it takes any :class:`~grpo_replay.generation.Generator` and returns the results dictionary that
+:mod:`grpo_replay.eval.benchmark_report` writes out.
 
 Cache: ``<cache_dir>/<benchmark>-<fingerprint>.jsonl`` holds one line per generated problem (its id, prompt,
 completions and token counts), appended batch by batch. The fingerprint covers the model (path and file
@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..data import Problem, load_problems, resolve_benchmark
-from .generation import INSTRUCTION, Completion, Generator, SamplingParams, build_prompt
+from ..app.data import Problem, load_problems, resolve_benchmark
+from ..generation import Completion, Generator, SamplingParams
+from .prompts import INSTRUCTION, build_prompt
 from .grading import DEFAULT_TIMEOUT, grade_many
 from .metrics import aes, evaluate_correctness, length_split, relative_change
 

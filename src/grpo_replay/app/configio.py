@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from .errors import ConfigError  # noqa: F401  (re-exported: the app layers raise it from here)
-from .validation import bad, field_docs, is_finite, is_int  # noqa: F401  (re-exported)
+from ..errors import ConfigError  # noqa: F401  (re-exported: the app layers raise it from here)
+from ..validation import bad, field_docs, is_finite, is_int  # noqa: F401  (re-exported)
 
 
 # YAML 1.1 (PyYAML) reads 1e-6, 1E6 and 1.0e6 as strings (it wants a dot and a signed exponent); YAML 1.2 and

@@ -1,4 +1,5 @@
-"""`grpo-replay plot RUN_DIR... [--out FILE]`: several training runs on shared axes, plus a table of final metrics.
+"""The figure and table of `grpo-replay plot` (cli/plot.py): several training runs on shared axes, plus a table of final
+metrics.
 
 Panels: held-out accuracy vs generated rollouts, reward vs generated rollouts, replay share vs step, clip fraction
 of fresh (solid) and replayed (dashed) tokens vs step. Each run is labelled by its preset and seed (from its
@@ -7,14 +8,14 @@ finished (no summary.json, e.g. still training or killed) is plotted up to its l
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from ..errors import UsageError
 
 TABLE_COLUMNS = (
     "label", "status", "steps", "generated", "acc_sampled_start", "acc_sampled", "acc_greedy",
@@ -22,45 +23,8 @@ TABLE_COLUMNS = (
 )
 
 
-class RunDirError(ValueError):
+class NotARunError(UsageError):
     """A directory that is not a grpo-replay run directory (or has nothing to plot yet)."""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Run directories (each with config.yaml and metrics.jsonl).")
-    p.add_argument("--out", default="plot.png", help="PNG to write; the table goes beside it as .csv and .json (default plot.png).")
-
-
-def run(args: argparse.Namespace) -> int:
-    runs, errors = [], []
-    for d in args.run_dirs:
-        try:
-            runs.append(load_run(Path(d)))
-        except RunDirError as e:
-            errors.append(str(e))
-    if errors:
-        for e in errors:
-            print(f"grpo-replay plot: error: {e}", file=sys.stderr)
-        return 2
-    for r in runs:
-        if not r["finished"]:
-            print(
-                f"grpo-replay plot: note: {r['run_dir']} is unfinished (step {r['steps_done']} of {r['steps']}, "
-                f"no summary.json); plotted up to its last step",
-                file=sys.stderr,
-            )
-    _label(runs)
-    out = Path(args.out)
-    if out.suffix.lower() != ".png":
-        print(f"grpo-replay plot: error: --out {out} must be a .png file", file=sys.stderr)
-        return 2
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table = [final_metrics(r) for r in runs]
-    plot_runs(runs, out)
-    _write_table(table, out)
-    print(_format_table(table))
-    print(f"grpo-replay plot: wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.json')}")
-    return 0
 
 
 def _rows(path: Path) -> list[dict]:
@@ -82,22 +46,22 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     import yaml
 
     if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir} is not a directory")
+        raise NotARunError(f"{run_dir} is not a directory")
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
-        raise RunDirError(
+        raise NotARunError(
             f"{run_dir} is not a grpo-replay run directory (no config.yaml; a run directory is what "
             f"`grpo-replay train --out DIR` writes, e.g. runs/paper-seed0)"
         )
     try:
         cfg = yaml.safe_load(cfg_path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise RunDirError(f"{cfg_path} is not valid YAML: {e}") from None
+        raise NotARunError(f"{cfg_path} is not valid YAML: {e}") from None
     if not isinstance(cfg, dict):
-        raise RunDirError(f"{cfg_path} does not hold a config mapping")
+        raise NotARunError(f"{cfg_path} does not hold a config mapping")
     metrics, evals = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "evals.jsonl")
     if not metrics and not evals:
-        raise RunDirError(f"{run_dir} has no logged steps yet (metrics.jsonl and evals.jsonl are empty or missing)")
+        raise NotARunError(f"{run_dir} has no logged steps yet (metrics.jsonl and evals.jsonl are empty or missing)")
     summary = None
     if (run_dir / "summary.json").is_file():
         try:
@@ -116,7 +80,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _label(runs: list[dict]) -> None:
+def label_runs(runs: list[dict]) -> None:
     """'<preset> seed <seed>', with the distinguishing part of the path when two runs share it (compare's arms)."""
     base = [f"{r['preset']} seed {r['seed']}" for r in runs]
     paths = [str(r["run_dir"].resolve()) for r in runs]
@@ -185,7 +149,7 @@ def plot_runs(runs: list[dict], out: Path) -> Path:
     return save(fig, out)
 
 
-def _write_table(table: list[dict], out: Path) -> None:
+def write_table(table: list[dict], out: Path) -> None:
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=TABLE_COLUMNS)
         w.writeheader()
@@ -193,7 +157,7 @@ def _write_table(table: list[dict], out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(table, indent=1))
 
 
-def _format_table(table: list[dict]) -> str:
+def format_table(table: list[dict]) -> str:
     cols = [c for c in TABLE_COLUMNS if c != "run_dir"]
 
     def cell(v: Any) -> str:

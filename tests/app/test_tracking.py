@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_replay import tracking
+from grpo_replay.app import tracking
 from grpo_replay.cli import main
-from grpo_replay.configio import ConfigError
-from grpo_replay.trainer.config import resolve
+from grpo_replay.app.configio import ConfigError
+from grpo_replay.trainer.train_config import resolve
 from helpers import read_jsonl
 
 
@@ -176,12 +176,12 @@ def test_wandb_without_login_is_a_clear_error(tmp_path):
     # A fresh process, as a user's would be: W&B keeps process-wide settings (and an earlier test's offline mode)
     # that teardown() does not always clear, which made this check depend on the test order.
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), PYTHONPATH=str(Path(tracking.__file__).parents[1]))
+    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), PYTHONPATH=str(Path(tracking.__file__).parents[2]))
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from grpo_replay import tracking\n"
-        "from grpo_replay.configio import ConfigError\n"
+        "from grpo_replay.app import tracking\n"
+        "from grpo_replay.app.configio import ConfigError\n"
         "try:\n"
         "    tracking.Tracker('wandb', Path(sys.argv[1]), {'seed': 0})\n"
         "except ConfigError as e:\n"

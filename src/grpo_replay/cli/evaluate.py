@@ -11,10 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from ..configio import int_arg
-from ..data import BENCHMARKS
-from .generation import BACKENDS, INSTRUCTION, SamplingParams
-from .grading import DEFAULT_TIMEOUT
+from ..app.configio import int_arg
+from ..app.data import BENCHMARKS
+from ..eval.prompts import INSTRUCTION
+from ..generation import BACKENDS, SamplingParams
+from ..eval.grading import DEFAULT_TIMEOUT
 
 
 def _int_list(text: str) -> list[int]:
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory")
     parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change")
     parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark")
-    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data)")
+    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)")
     parser.add_argument("--backend", choices=BACKENDS, default="transformers")
     parser.add_argument("--temperature", type=float, default=SamplingParams.temperature)
     parser.add_argument("--top-p", type=float, default=SamplingParams.top_p)
@@ -78,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # Validate everything cheap before loading a model.
-    from .report import load_results, markdown_table, write_report
-    from .runner import EvalSettings, load_benchmark, run_evaluation
+    from ..eval.benchmark_report import load_results, markdown_table, write_report
+    from ..eval.harness import EvalSettings, load_benchmark, run_evaluation
 
     sampling = SamplingParams(
         n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
@@ -104,7 +105,8 @@ def _run(args: argparse.Namespace) -> int:
     for name in settings.benchmarks:  # a missing or empty benchmark fails before the model loads
         load_benchmark(name, settings.data_dir, settings.limit)
 
-    from .generation import TransformersGenerator, VLLMGenerator, load_model
+    from ..generation.transformers import TransformersGenerator, load_model
+    from ..generation.vllm import VLLMGenerator
 
     if args.backend == "vllm":
         from transformers import AutoTokenizer

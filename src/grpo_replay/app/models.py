@@ -218,5 +218,5 @@ def smollm2_gguf() -> Path:
     return path
 
 
-if __name__ == "__main__":  # `python -m grpo_replay.models` prints the SmolLM2 GGUF path, for --model
+if __name__ == "__main__":  # `python -m grpo_replay.app.models` prints the SmolLM2 GGUF path, for --model
     print(smollm2_gguf())

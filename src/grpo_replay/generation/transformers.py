@@ -1,70 +1,84 @@
-"""Prompt construction and sampling backends (transformers ``generate``; vLLM when installed).
-
-A backend is a :class:`Generator`: given prompt strings and a seed it returns, per prompt, ``n``
-:class:`Completion` objects (text and generated-token count, EOS included, padding excluded).
-"""
+"""The transformers backend: HF `generate` with a KV cache, on the live model (CPU or GPU)."""
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import asdict, dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-"""Default instruction appended to every problem (the same text the math training task uses)."""
-BACKENDS = ("transformers", "vllm")
+import torch
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Sampling settings shared by both backends (temperature 0 means greedy decoding)."""
-
-    n: int = 16
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: int = 4096
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"n (samples per problem) must be >= 1, got {self.n}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # nan < 0 is False: test what is allowed
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from . import Completion, Generation, SamplingParams
 
 
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    num_tokens: int
+def encode_prompts(tokenizer, prompts: Sequence[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    tokenizer.padding_side = "left"
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
 
 
-def build_prompt(problem: str, tokenizer=None, instruction: str = INSTRUCTION, use_chat_template: bool = True) -> str:
-    """The model input for one problem.
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """(N, C) long: 1 for tokens up to and including the first EOS (all tokens if there is none).
 
-    ``instruction`` is appended on a new line; if it contains ``{problem}`` it is used as the whole user
-    message template instead. With ``use_chat_template`` and a tokenizer that has a chat template, the user
-    message is wrapped in it (with the generation prompt); otherwise the plain text is returned.
-    """
-    message = instruction.replace("{problem}", problem) if "{problem}" in instruction else f"{problem}\n{instruction}"
-    if use_chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-        )
-    return message
+    Computed from the first EOS rather than from pad ids because many tokenizers use one id for both."""
+    is_eos = completion_ids == eos_id  # (N, C)
+    pos = torch.arange(completion_ids.shape[1], device=completion_ids.device)
+    first = torch.where(is_eos.any(1), is_eos.long().argmax(1), torch.full_like(is_eos[:, 0], completion_ids.shape[1], dtype=torch.long))
+    return (pos.unsqueeze(0) <= first.unsqueeze(1)).long()  # (N, C)
 
 
-class Generator(Protocol):
-    """A sampling backend: ``n`` completions for each prompt."""
+def decode(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+    rows = [ids[m.bool()].tolist() for ids, m in zip(completion_ids.cpu(), mask.cpu())]
+    return tokenizer.batch_decode(rows, skip_special_tokens=False)
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Completion]]:
-        ...
+
+@torch.no_grad()
+def sample_groups(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> Generation:
+    """Sample `group_size` completions for each prompt with HF generate (KV cache)."""
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, device)  # (B, P)
+    was_training = model.training
+    model.eval()
+    kw = dict(
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=group_size,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        use_cache=True,
+    )
+    if greedy:
+        kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    else:
+        kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kw)  # (B*G, P + C)
+    model.train(was_training)
+    P = prompt_ids.shape[1]
+    comp = out[:, P:]  # (B*G, C)
+    mask = completion_mask(comp, tokenizer.eos_token_id)  # (B*G, C)
+    comp = comp * mask + tokenizer.pad_token_id * (1 - mask)
+    return narrow(
+        prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0), comp, mask,
+        decode(tokenizer, comp, mask),
+    )
+
+
+def narrow(prompt_ids, prompt_mask, completion_ids, completion_mask, texts) -> Generation:
+    """Generation on the host in the narrow form. Cast where the tensors are (on the model's device for HF
+    generate, so the copy to the host moves half the bytes); token ids come from the tokenizer's
+    vocabulary, far below 2**31."""
+    return Generation(
+        prompt_ids=prompt_ids.to(torch.int32).cpu(),
+        prompt_mask=prompt_mask.ne(0).cpu(),
+        completion_ids=completion_ids.to(torch.int32).cpu(),
+        completion_mask=completion_mask.ne(0).cpu(),
+        texts=texts,
+    )
 
 
 def generate_completions(
@@ -79,8 +93,6 @@ def generate_completions(
 
     ``add_special_tokens`` should be False for chat-templated prompts, which already contain BOS.
     """
-    import torch
-
     if not prompts:
         return []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -136,54 +148,30 @@ def _generated_length(row: Sequence[int], eos_ids: set[int]) -> int:
 
 
 class TransformersGenerator:
-    """transformers ``generate`` backend (CPU or GPU)."""
+    """The transformers backend; it reads the live policy, so there is nothing to sync after an update.
+
+    ``add_special_tokens`` applies to `generate` (False for chat-templated prompts, which already hold BOS)."""
 
     def __init__(self, model, tokenizer, add_special_tokens: bool = True):
         self.model, self.tokenizer, self.add_special_tokens = model, tokenizer, add_special_tokens
 
+    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
+        return sample_groups(self.model, self.tokenizer, prompts, group_size, max_new_tokens, temperature)
+
     def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Completion]]:
         return generate_completions(self.model, self.tokenizer, prompts, params, seed, self.add_special_tokens)
 
-
-class VLLMGenerator:
-    """vLLM backend (optional extra ``grpo-replay[vllm]``, GPU only)."""
-
-    def __init__(self, model_path: str, tokenizer, add_special_tokens: bool = True, **llm_kwargs):
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise ImportError(
-                "--backend vllm needs vLLM: pip install vllm, or pip install -e '.[vllm]' in a grpo-replay checkout (GPU only); or use --backend transformers"
-            ) from exc
-        self.llm = LLM(model=model_path, **llm_kwargs)
-        self.tokenizer, self.add_special_tokens = tokenizer, add_special_tokens
-
-    def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Completion]]:
-        from vllm import SamplingParams as VSamplingParams
-
-        sp = VSamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p if params.temperature > 0 else 1.0,
-            max_tokens=params.max_new_tokens,
-            seed=seed,
-        )
-        # Token-id prompts so BOS handling matches the transformers backend exactly.
-        inputs = [
-            {"prompt_token_ids": self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"]}
-            for p in prompts
-        ]
-        outputs = self.llm.generate(inputs, sp, use_tqdm=False)
-        return [[Completion(text=o.text, num_tokens=len(o.token_ids)) for o in out.outputs] for out in outputs]
+    def sync(self) -> None:
+        pass
 
 
 def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", model_file: Optional[str] = None):
     """Load a causal LM and its tokenizer from a local path, a hub id or a GGUF checkpoint (a .gguf path, or a
-    directory plus ``model_file``; see :mod:`grpo_replay.models`), with clear errors."""
+    directory plus ``model_file``; see :mod:`grpo_replay.app.models`), with clear errors."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import as_plain_model, dense_source, resolve_model
+    from ..app.models import as_plain_model, dense_source, resolve_model
 
     source = resolve_model(model, model_file, field="--model", file_field="--model-file")
     is_gguf = bool(source.gguf_file)

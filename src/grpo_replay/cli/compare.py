@@ -13,11 +13,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..configio import int_arg
-from ..data import BENCHMARKS
-from ..tasks.testbed.config import TESTBED_PRESETS
-from .arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
-from .final_eval import BenchSettings, evaluate_all, missing_benchmarks
+from ..app.configio import int_arg
+from ..app.data import BENCHMARKS
+from ..tasks.testbed.testbed_config import TESTBED_PRESETS
+from ..experiments.arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
+from ..experiments.final_eval import BenchSettings, evaluate_all, missing_benchmarks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reward", default=None, help="Reward: math (the only one for a real model; default with --model).")
     g.add_argument("--backend", default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
     g.add_argument("--benchmarks", default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
-    g.add_argument("--data-dir", default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data).")
+    g.add_argument("--data-dir", default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
     g.add_argument("--eval-n", type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
     g.add_argument("--eval-k", default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
     g.add_argument("--eval-temperature", type=float, default=0.6)
@@ -113,11 +113,11 @@ _KEYED_FLAGS = (("--report-to", "report_to", "report_to"), ("--testbed", "testbe
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import configio
-    from .jobs import plan
+    from ..app import configio
+    from ..experiments.jobs import plan
 
     if getattr(args, "size_series", False):
-        from . import size_series
+        from ..experiments import size_series
 
         return size_series.run(args, run, command_line(args))
     setting = SETTINGS["quick" if args.quick else "full"]
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
         given = {key: configio.as_given(flag, v) for flag, name, key in _KEYED_FLAGS if (v := getattr(args, name, None)) is not None}
         extra = configio.parse_sets(args.set, given)
-        from ..trainer.config import FIELDS
+        from ..trainer.train_config import FIELDS
 
         # Typed now (1e3 -> 1000): the arms and the plan read steps and prompts_per_step before any run resolves them.
         extra = {k: configio.check_value(k, v, FIELDS[k][0]) if k in FIELDS else v for k, v in extra.items()}
@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench) -> int:
-    from .report import build_report
-    from .jobs import execute
+    from ..experiments.report import build_report
+    from ..experiments.jobs import execute
 
     info = {"runs": len(specs), "ran": 0, "skipped": len(specs), "jobs": jobs, "wall_s": 0.0, "failed": []}
     if not args.report_only:
@@ -242,14 +242,14 @@ def _real_mode(args: argparse.Namespace, setting):
         raise ValueError(f"--reward {args.reward!r} is invalid with --model; allowed: math")
     if not args.data:
         raise ValueError("--model needs --data: the training prompts (a JSONL file, a directory, a dataset name, or word_sums)")
-    from ..models import resolve_model
+    from ..app.models import resolve_model
 
     resolve_model(model, args.model_file, field="--model", file_field="--model-file")  # a missing file fails now
     if model.startswith((".", "/", "~")) or model.count("/") > 1:  # a local path, not a hub id "org/name"
         if not os.path.exists(os.path.expanduser(model)):
             raise FileNotFoundError(f"--model {model}: path does not exist")
     backend = args.backend or "builtin"
-    from ..trainer.config import BACKENDS
+    from ..trainer.train_config import BACKENDS
 
     if backend not in BACKENDS:
         raise ValueError(
@@ -269,7 +269,7 @@ def _real_mode(args: argparse.Namespace, setting):
         max_new_tokens=args.eval_max_new_tokens, limit=args.eval_limit, data_dir=args.data_dir, backend=args.eval_backend,
         batch_size=args.eval_batch_size, device=args.eval_device, keep_checkpoints=args.keep_checkpoints,
     )
-    from ..eval.runner import load_benchmark
+    from ..eval.harness import load_benchmark
 
     for b in benchmarks:  # a missing benchmark file fails now, not after hours of training
         if not load_benchmark(b, args.data_dir, 1):
@@ -279,7 +279,7 @@ def _real_mode(args: argparse.Namespace, setting):
 
 def _arm_names(arms_arg, comparisons, setting, arms: dict) -> list[str]:
     """The arms to run: --arms (grpo always first) or every arm of the comparisons."""
-    from .. import configio
+    from ..app import configio
 
     if not arms_arg:
         return arms_for(comparisons, setting.only_arms)

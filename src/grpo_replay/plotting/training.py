@@ -1,13 +1,10 @@
-"""PNG plots of a run directory, from its metrics.jsonl and evals.jsonl."""
+"""A training run's own PNG plots, drawn into its run directory from its metrics.jsonl and evals.jsonl."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from . import plt, save
 
 
 def _rows(path: Path) -> list[dict]:
@@ -30,7 +27,7 @@ def plot_run(run_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(run_dir.name)
-    out.append(_save(fig, run_dir / "accuracy.png"))
+    out.append(save(fig, run_dir / "accuracy.png"))
 
     fig, ax = plt.subplots(figsize=(5, 3.8))
     hist = metrics[-1].get("buffer/age_hist", []) if metrics else []
@@ -38,7 +35,7 @@ def plot_run(run_dir: Path) -> list[Path]:
     ax.set_xlabel("age (steps) at the end of training")
     ax.set_ylabel("stored rollouts")
     ax.set_title("buffer age histogram")
-    out.append(_save(fig, run_dir / "buffer_age.png"))
+    out.append(save(fig, run_dir / "buffer_age.png"))
 
     steps = [m["step"] for m in metrics]
     fig, ax = plt.subplots(figsize=(5, 3.8))
@@ -46,7 +43,7 @@ def plot_run(run_dir: Path) -> list[Path]:
     ax.set_xlabel("step")
     ax.set_ylabel("replay share of update rows")
     ax.grid(alpha=0.3)
-    out.append(_save(fig, run_dir / "replay_share.png"))
+    out.append(save(fig, run_dir / "replay_share.png"))
 
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for name in ("fresh", "replay"):
@@ -58,7 +55,7 @@ def plot_run(run_dir: Path) -> list[Path]:
     if ax.get_legend_handles_labels()[0]:  # a run without updates has nothing to plot
         ax.legend()
     ax.grid(alpha=0.3)
-    out.append(_save(fig, run_dir / "clip_fraction.png"))
+    out.append(save(fig, run_dir / "clip_fraction.png"))
 
     if any("drift/kl_1" in m for m in metrics):  # TrainConfig.drift_probe > 0
         out.append(_drift(run_dir, metrics))
@@ -85,11 +82,5 @@ def _drift(run_dir: Path, metrics: list[dict]) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.suptitle(f"{run_dir.name}: policy drift per step and replay's view of it")
-    return _save(fig, run_dir / "drift.png")
+    return save(fig, run_dir / "drift.png")
 
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

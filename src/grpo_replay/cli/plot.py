@@ -1,0 +1,46 @@
+"""`grpo-replay plot RUN_DIR... [--out FILE]`: several training runs on shared axes, plus a table of final metrics
+(the figure and the table: `grpo_replay.plotting.overlay`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..plotting.overlay import NotARunError, format_table, label_runs, write_table, final_metrics, load_run, plot_runs
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Run directories (each with config.yaml and metrics.jsonl).")
+    p.add_argument("--out", default="plot.png", help="PNG to write; the table goes beside it as .csv and .json (default plot.png).")
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, errors = [], []
+    for d in args.run_dirs:
+        try:
+            runs.append(load_run(Path(d)))
+        except NotARunError as e:
+            errors.append(str(e))
+    if errors:
+        for e in errors:
+            print(f"grpo-replay plot: error: {e}", file=sys.stderr)
+        return 2
+    for r in runs:
+        if not r["finished"]:
+            print(
+                f"grpo-replay plot: note: {r['run_dir']} is unfinished (step {r['steps_done']} of {r['steps']}, "
+                f"no summary.json); plotted up to its last step",
+                file=sys.stderr,
+            )
+    label_runs(runs)
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        print(f"grpo-replay plot: error: --out {out} must be a .png file", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table = [final_metrics(r) for r in runs]
+    plot_runs(runs, out)
+    write_table(table, out)
+    print(format_table(table))
+    print(f"grpo-replay plot: wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.json')}")
+    return 0
