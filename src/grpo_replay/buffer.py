@@ -4,7 +4,7 @@ Glue over small parts: `RolloutStorage` (what is kept), two `Eviction`s (what is
 before each draw, `CapacityEviction` after each insert) and a `Sampler` (what is drawn), each with
 state_dict/load_state_dict (`parts.BufferPart`); the priority (`PRIORITIES`) weighs rows at insertion.
 Advantages, group statistics, behaviour log-probs and the sampling weight are frozen at insertion
-(METHOD.md).
+(docs/method.md).
 """
 from __future__ import annotations
 

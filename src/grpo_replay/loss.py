@@ -1,7 +1,7 @@
 """The replay-aware GRPO policy loss: PPO-clip over a composed batch with stored behaviour log-probs.
 
 ratio = exp(log pi_theta - log pi_behaviour) per token, where pi_behaviour is the policy that generated the
-row (for a replayed row: the policy at its birth step). METHOD.md: ordinary clipping, no extra importance
+row (for a replayed row: the policy at its birth step). docs/method.md: ordinary clipping, no extra importance
 weight; age eviction is what bounds the ratio's drift.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ def dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, max_len: int) -> torch.
 
 @dataclass(frozen=True)
 class LossConfig:
-    """PPO-clip settings (METHOD.md defaults)."""
+    """PPO-clip settings (docs/method.md defaults)."""
 
     eps_low: float = 0.2
     """Lower clip: ratio >= 1 - eps_low."""
