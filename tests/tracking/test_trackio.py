@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import grpo_replay
 from grpo_replay import tracking
 from helpers import read_jsonl
 
@@ -17,7 +18,7 @@ _CLI = "import sys\nfrom grpo_replay.cli import main\nsys.exit(main(sys.argv[1:]
 
 
 def _cli(argv, tmp_path, **env_extra):
-    src = str(Path(tracking.__file__).parents[1])
+    src = str(Path(grpo_replay.__file__).parents[1])  # the checkout's src/, wherever tracking lives in it
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HOME": str(tmp_path / "hf"), **env_extra}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.run([sys.executable, "-c", _CLI, *argv], env=env, capture_output=True, text=True, timeout=600)
