@@ -19,7 +19,7 @@ from .buffer_state import STATE_VERSION, BufferStateError
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch, _unchecked, check_token_ids
+from .rollout import RolloutBatch, _unchecked, check_completion_mask, check_token_ids
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
 from .storage import RolloutStorage, pack_mask, prefix_lengths, prefix_rows
 
@@ -70,20 +70,15 @@ class ReplayBuffer:
 
         Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
         is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids
-        may repeat across calls.
+        may repeat across calls. Rows may arrive late (a step earlier than one already drawn at): they keep
+        their birth step. Atomic: every check runs before anything changes, so an add that raises leaves
+        the buffer (and what `save` writes) as it was.
         """
+        step = _step_arg(step, "ReplayBuffer.add")
         n = len(batch)
         if n == 0:
             return 0
-        if bool(batch.is_replay.any()):
-            raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
-        for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
-            if getattr(batch, name).shape != batch.completion_ids.shape:
-                raise ValueError(
-                    f"ReplayBuffer.add: {name} has shape {tuple(getattr(batch, name).shape)}, "
-                    f"completion_ids has {tuple(batch.completion_ids.shape)}; they must match"
-                )
-        check_token_ids(batch, "ReplayBuffer.add")
+        self._check_fresh(batch)
         adv = batch.advantages.detach().cpu().numpy().astype(np.float32)
         if not np.isfinite(adv).all():
             bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
@@ -91,16 +86,15 @@ class ReplayBuffer:
         std = batch.group_std.detach().cpu().numpy().astype(np.float32)
         if not np.isfinite(std).all():
             raise ValueError("ReplayBuffer.add: group_std must be finite")
+        pk = _prompt_keys(prompt_keys, n)
         inv = _group_index(batch.group_ids.cpu().numpy())
-        group_key = self._next_group + inv
-        pk = np.full(n, -1, np.int64) if prompt_keys is None else np.asarray(prompt_keys, dtype=np.int64)
         rows = _arena_rows(batch)
         columns = {
             "birth_step": np.full(n, step, np.int64),
             "advantage": adv,
             "reward": batch.rewards.detach().cpu().numpy().astype(np.float32),
             "group_std": std,
-            "group_key": group_key,
+            "group_key": self._next_group + inv,
             "prompt_key": pk,
             "prompt_len": rows.prompt_len,
             "comp_len": rows.comp_len,
@@ -111,9 +105,9 @@ class ReplayBuffer:
                 f"ReplayBuffer.add: priority {self.config.priority!r} must give {n} finite weights >= 0, "
                 f"got shape {weight.shape}"
             )
+        # Everything is checked: from here on the buffer changes.
+        self.storage.add({**columns, "weight": weight}, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._next_group += int(inv.max()) + 1
-        scalars = {**columns, "weight": weight}
-        self.storage.add(scalars, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._see(step)
         self.total_added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
@@ -121,9 +115,39 @@ class ReplayBuffer:
         self.total_evicted_capacity += len(evict)
         return n
 
+    def _check_fresh(self, batch: RolloutBatch) -> None:
+        """Raise ValueError if `batch` cannot be stored as it is (nothing is changed)."""
+        if bool(batch.is_replay.any()):
+            raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
+        for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
+            if getattr(batch, name).shape != batch.completion_ids.shape:
+                raise ValueError(
+                    f"ReplayBuffer.add: {name} has shape {tuple(getattr(batch, name).shape)}, "
+                    f"completion_ids has {tuple(batch.completion_ids.shape)}; they must match"
+                )
+        check_token_ids(batch, "ReplayBuffer.add")
+        check_completion_mask(batch.completion_mask, "ReplayBuffer.add")
+        has_ref, stored = batch.ref_logps is not None, self.storage.has_ref
+        if len(self.storage) and has_ref != stored:
+            raise ValueError(
+                f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
+                f"{'present' if stored else 'absent'} in the stored rows; all rows must agree"
+            )
+
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
-        """Drop every rollout with age > tau_max at `step`. Returns rows evicted."""
+        """Drop every rollout with age > tau_max at `step`. Returns rows evicted.
+
+        Raises ValueError if a stored row was born after `step` (its age would be negative): draws and
+        evictions are made at steps no earlier than the rows they see."""
+        step = _step_arg(step, "ReplayBuffer.evict")
+        if self.last_step is not None and step < self.last_step:  # rare: only then can a birth be later
+            births = self.storage.col("birth_step")[self.storage.valid_slots()]
+            if len(births) and int(births.max()) > step:
+                raise ValueError(
+                    f"ReplayBuffer: step {step} is before the birth step {int(births.max())} of stored rows; "
+                    f"draw and evict at a step >= every stored row's birth step (ages are never negative)"
+                )
         self._see(step)
         slots = self.age_eviction.select(self.storage, step)
         self.storage.remove(slots)
@@ -131,9 +155,10 @@ class ReplayBuffer:
         return len(slots)
 
     def sample(self, n_rows: int, step: int) -> RolloutBatch:
-        """Evict stale rows, then draw about n_rows replay rows (exactly min(n_rows, len) at rollout
-        granularity). Empty during warm-up, when replay is off, or when the buffer is empty; sampling
-        never removes a rollout."""
+        """Evict stale rows, then draw replay rows: exactly min(n_rows, len) at rollout granularity; whole
+        groups of at most n_rows rows in all at group granularity (`GroupPrioritizedSampler`). Empty during
+        warm-up, when replay is off, or when the buffer is empty; sampling never removes a rollout. Raises
+        ValueError like `evict` for a step before a stored row's birth."""
         self.evict(step)
         if step < self.config.warmup_steps or not self.config.enabled:
             n_rows = 0
@@ -298,6 +323,26 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
         "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
     }
     return _ArenaRows(pid[:, P - Pw :], pm[:, P - Pw :], plen.astype(np.int64, copy=False), comp_len, completion)
+
+
+def _step_arg(step: Any, where: str) -> int:
+    """`step` as an int; a bool, a fraction or a non-number raises ValueError (a cast would truncate 3.7)."""
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+        raise ValueError(f"{where}: step={step!r} is invalid; allowed: an integer (the optimizer step)")
+    return int(step)
+
+
+def _prompt_keys(prompt_keys: Optional[Sequence[int]], n: int) -> np.ndarray:
+    """(n,) int64 prompt keys (-1 each when None); raises ValueError for another length or non-integers."""
+    if prompt_keys is None:
+        return np.full(n, -1, np.int64)
+    pk = np.asarray(prompt_keys.cpu() if isinstance(prompt_keys, torch.Tensor) else prompt_keys)
+    if pk.shape != (n,) or pk.dtype.kind not in "iu":
+        raise ValueError(
+            f"ReplayBuffer.add: prompt_keys has shape {pk.shape} and dtype {pk.dtype}; allowed: {n} integers, "
+            f"one per row"
+        )
+    return pk.astype(np.int64)
 
 
 def _group_index(group_ids: np.ndarray) -> np.ndarray:

@@ -1,7 +1,11 @@
 """Batch compositions by name. One signature: (fresh, draw, replay_ratio, rng) -> (composed, fresh_index).
 
-`draw(n)` returns about n replay rows from the buffer (empty during warm-up); the composition decides how
-many to ask for and how they meet the fresh rows. The composed batch holds the kept fresh rows first (in
+`draw(n)` returns at most n replay rows from the buffer (empty during warm-up): exactly min(n, stored) at
+rollout granularity, whole groups at group granularity (`GroupPrioritizedSampler`: groups in draw order,
+each taken if it fits, so n exactly when the group sizes allow it, else fewer). The composition decides how
+many to ask for and how they meet the fresh rows. The replay rows' group ids are renumbered past the fresh
+rows' (1 + the largest fresh id, then one id per drawn group in draw order), so group ids are unique within
+the composed batch, as `RolloutBatch` says; rows of one stored group still share one. The composed batch holds the kept fresh rows first (in
 their original order), then the replay rows, as a `ComposedBatch` (composed.py: a `RolloutBatch` that keeps
 the two segments and concatenates their token fields only if they are read); `fresh_index` (long) lists
 which fresh rows were kept, so an integration can map the composed rows back to its own batch.
@@ -9,6 +13,7 @@ which fresh rows were kept, so an integration can map the composed rows back to 
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -16,20 +21,21 @@ import torch
 
 from .composed import ComposedBatch
 from .registry import Registry
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, _unchecked
 
 Draw = Callable[[int], RolloutBatch]
 CompositionFn = Callable[[RolloutBatch, Draw, float, np.random.Generator], tuple[RolloutBatch, torch.Tensor]]
-COMPOSITIONS: Registry[CompositionFn] = Registry("composition")
+COMPOSITIONS: Registry[CompositionFn] = Registry("composition", params=("fresh", "draw", "replay_ratio", "rng"))
 
 
 @COMPOSITIONS.register("fresh_anchored")
 def fresh_anchored(
     fresh: RolloutBatch, draw: Draw, replay_ratio: float, rng: np.random.Generator
 ) -> tuple[RolloutBatch, torch.Tensor]:
-    """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows, concatenated (as a
-    `ComposedBatch`: the fresh rows are not copied)."""
-    replay = draw(round(replay_ratio * len(fresh)))
+    """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows (at most: see `draw`),
+    concatenated (as a `ComposedBatch`: the fresh rows are not copied)."""
+    k = round(replay_ratio * len(fresh))
+    replay = _whole_groups_within(draw(k), k)
     return ComposedBatch([fresh, replay]), torch.arange(len(fresh))
 
 
@@ -52,8 +58,7 @@ def pool(
 
 def _whole_groups_within(replay: RolloutBatch, k: int) -> RolloutBatch:
     """At most k rows of `replay`, dropping whole groups (in draw order, a group that does not fit is
-    skipped): a whole-group draw stops at the first group that reaches k rows, so it can overshoot the
-    share (one fresh group of 8 would be displaced entirely by one replayed group of 8)."""
+    skipped). The buffer's own samplers never overshoot; a custom `Sampler` may (the share is a bound)."""
     if len(replay) <= k:
         return replay
     _, inv, sizes = torch.unique(replay.group_ids, return_inverse=True, return_counts=True)
@@ -79,4 +84,19 @@ def compose_batch(fresh: RolloutBatch, buffer, step: int) -> Composed:
     """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`."""
     cfg = buffer.config
     fn = COMPOSITIONS.get(cfg.composition)
-    return Composed(*fn(fresh, lambda n: buffer.sample(n, step), cfg.replay_ratio, buffer.rng))
+    draw = lambda n: groups_after(fresh, buffer.sample(n, step))  # noqa: E731
+    return Composed(*fn(fresh, draw, cfg.replay_ratio, buffer.rng))
+
+
+def groups_after(fresh: RolloutBatch, replay: RolloutBatch) -> RolloutBatch:
+    """`replay` with its group ids renumbered past `fresh`'s: 1 + the largest fresh id for the first group
+    in row order, then one more per group (rows that shared an id share the new one)."""
+    if len(replay) == 0:
+        return replay
+    base = int(fresh.group_ids.max()) + 1 if len(fresh) else 0
+    uniq, inv = torch.unique(replay.group_ids, return_inverse=True)
+    first = torch.full((len(uniq),), len(replay), dtype=torch.long).scatter_reduce(0, inv, torch.arange(len(replay)), "amin")
+    rank = torch.empty_like(first)
+    rank[torch.argsort(first)] = torch.arange(len(uniq))
+    fields = {f.name: getattr(replay, f.name) for f in dataclasses.fields(RolloutBatch)}
+    return _unchecked({**fields, "group_ids": base + rank[inv]})

@@ -13,10 +13,10 @@ import torch
 
 from .validation import bad, is_finite, is_int
 from .registry import Registry
-from .rollout import RolloutBatch
+from .rollout import RolloutBatch, check_completion_mask
 
 AggregationFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation")
+AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation", params=("per_token", "mask", "max_len"))
 
 
 @AGGREGATIONS.register("token_mean")
@@ -75,13 +75,19 @@ def ppo_clip_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss over a composed batch and per-token diagnostics.
 
-    logps: (B, C) log pi_theta of batch.completion_ids (with grad). Returns (scalar loss, stats) where stats
-    holds (B, C) tensors `ratio`, `clipped` (bool: the clip was active), `mask` and, if beta > 0, `kl`.
+    logps: exactly (B, C) log pi_theta of batch.completion_ids (with grad), B = len(batch), C its completion
+    width; batch.completion_mask must hold only 0 and 1 (or be bool). Positions with mask 0 do not influence
+    the loss or its gradient, whatever logps, behaviour or reference log-probs hold there (-inf, NaN).
+    Returns (scalar loss, stats) where stats holds (B, C) tensors `ratio`, `clipped` (bool: the clip was
+    active), `mask` and, if beta > 0, `kl`. Raises ValueError for any other shape or mask value.
     """
-    mask = batch.completion_mask.to(logps.dtype)  # (B, C)
+    _check_inputs(logps, batch, cfg)
+    counted = batch.completion_mask.ne(0)  # (B, C) bool
+    mask = counted.to(logps.dtype)  # (B, C)
     old = batch.behaviour_logps.to(logps.dtype)  # (B, C)
     adv = batch.advantages.to(logps.dtype).unsqueeze(1)  # (B, 1)
-    log_ratio = (logps - old) * mask  # (B, C); zero at padding keeps exp() finite there
+    # where, not a product: a -inf behaviour log-prob at padding times 0 would be NaN
+    log_ratio = torch.where(counted, logps - old, 0.0)  # (B, C); zero at padding keeps exp() finite there
     ratio = torch.exp(log_ratio)  # (B, C)
     clipped_ratio = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # (B, C)
     loss1 = -adv * ratio  # (B, C)
@@ -94,14 +100,27 @@ def ppo_clip_loss(
         dual = (adv < 0) & (per_token > cap)  # (B, C)
         per_token = torch.where(dual, cap.expand_as(per_token), per_token)
         clipped = clipped | dual
-    stats = {"ratio": ratio.detach(), "clipped": clipped & mask.bool(), "mask": mask.bool()}
+    stats = {"ratio": ratio.detach(), "clipped": clipped & counted, "mask": counted}
     if cfg.beta > 0:
-        if batch.ref_logps is None:
-            raise ValueError("LossConfig.beta > 0 needs batch.ref_logps (reference log-probs)")
-        d = batch.ref_logps.to(logps.dtype) - logps  # (B, C)
+        d = torch.where(counted, batch.ref_logps.to(logps.dtype) - logps, 0.0)  # (B, C)
         kl = torch.exp(d) - d - 1  # (B, C) k3 estimator, >= 0
         per_token = per_token + cfg.beta * kl
         stats["kl"] = kl.detach()
     max_len = cfg.max_completion_length or mask.shape[1]
     loss = AGGREGATIONS.get(cfg.aggregation)(per_token, mask, max_len)
     return loss, stats
+
+
+def _check_inputs(logps: torch.Tensor, batch: RolloutBatch, cfg: LossConfig) -> None:
+    """Raise ValueError unless every (B, C) input has exactly that shape (a (B, 1) or (C,) tensor would
+    broadcast to a plausible wrong loss) and the completion mask is 0/1."""
+    want = (len(batch), batch.completion_width())
+    fields = {"logps": logps, "batch.completion_mask": batch.completion_mask, "batch.behaviour_logps": batch.behaviour_logps}
+    if cfg.beta > 0:
+        if batch.ref_logps is None:
+            raise ValueError("LossConfig.beta > 0 needs batch.ref_logps (reference log-probs)")
+        fields["batch.ref_logps"] = batch.ref_logps
+    for name, t in fields.items():
+        if tuple(t.shape) != want:
+            raise ValueError(f"ppo_clip_loss: {name} has shape {tuple(t.shape)}; allowed: exactly {want} (rows, completion width)")
+    check_completion_mask(batch.completion_mask, "ppo_clip_loss")

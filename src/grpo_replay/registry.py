@@ -6,32 +6,29 @@ looks the function up here, so a name accepted by the config is exactly a name t
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Generic, Optional, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
 
 class Registry(Generic[F]):
-    """Functions of one kind by name. Invariants: names are unique; when `params` is given, every registered
-    function takes exactly these positional parameters (the registry's one signature), checked at
-    registration."""
+    """Functions of one kind by name. Invariants: names are unique; every registered function takes exactly the
+    registry's declared positional parameters (its one signature), checked at registration."""
 
-    def __init__(self, kind: str, params: Optional[Sequence[str]] = None):
+    def __init__(self, kind: str, params: Sequence[str]):
         self.kind = kind
-        self.params = tuple(params) if params is not None else None
+        self.params = tuple(params)
         self._items: dict[str, F] = {}
 
     def register(self, name: str) -> Callable[[F], F]:
         def deco(fn: F) -> F:
             if name in self._items:
                 raise ValueError(f"duplicate {self.kind} name {name!r}")
-            if self.params is not None:
-                got = tuple(inspect.signature(fn).parameters)
-                if len(got) != len(self.params):
-                    raise TypeError(
-                        f"{self.kind} {name!r} takes ({', '.join(got)}); every {self.kind} takes "
-                        f"({', '.join(self.params)})"
-                    )
+            got = tuple(inspect.signature(fn).parameters)
+            if len(got) != len(self.params):
+                raise TypeError(
+                    f"{self.kind} {name!r} takes ({', '.join(got)}); every {self.kind} takes ({', '.join(self.params)})"
+                )
             self._items[name] = fn
             return fn
 

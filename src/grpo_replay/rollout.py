@@ -34,7 +34,7 @@ class RolloutBatch:
     prompt_ids: torch.Tensor  # (B, P) int32 or long, left-padded
     prompt_mask: torch.Tensor  # (B, P) bool or integer, nonzero = real token
     completion_ids: torch.Tensor  # (B, C) int32 or long, right-padded
-    completion_mask: torch.Tensor  # (B, C) bool or integer, nonzero = token the loss counts
+    completion_mask: torch.Tensor  # (B, C) bool, or 0/1 in any dtype: 1 = token the loss counts
     behaviour_logps: torch.Tensor  # (B, C) float32, log pi_behaviour(token) at generation time
     advantages: torch.Tensor  # (B,) float32, frozen group-relative advantage A_i
     rewards: torch.Tensor  # (B,) float32
@@ -204,6 +204,10 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
             f"{where}: prompt_mask has shape {tuple(batch.prompt_mask.shape)}, prompt_ids has "
             f"{tuple(batch.prompt_ids.shape)}; they must match"
         )
+    for name in ("prompt_ids", "completion_ids"):
+        dtype = getattr(batch, name).dtype
+        if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:  # a cast would truncate 3.7 to 3
+            raise ValueError(f"{where}: {name} has dtype {dtype}; allowed: an integer dtype (torch.int32 or torch.int64)")
     # Fast path: one min/max pass over every position (padding included). Only when that finds an id out of
     # range (padding may hold any value, e.g. -100) are the real tokens selected and checked precisely.
     if all(_in_int32_range(t) for t in (batch.prompt_ids, batch.completion_ids)):
@@ -223,6 +227,19 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
                 f"{where}: {name} holds token id {hi if hi > MAX_TOKEN_ID else lo}; "
                 f"allowed: 0 <= id <= {MAX_TOKEN_ID} (the buffer stores int32 token ids)"
             )
+
+
+def check_completion_mask(mask: torch.Tensor, where: str) -> None:
+    """Raise ValueError unless every entry of a completion mask is 0 or 1 (any dtype; bool passes at once).
+
+    The mask says which tokens count; it is not a loss weight. The buffer keeps it as bool, so a 2 would
+    weigh a fresh row's token twice and the same row, replayed, once."""
+    if mask.dtype == torch.bool or mask.numel() == 0:
+        return
+    off = (mask != 0) & (mask != 1)
+    if bool(off.any()):
+        value = mask[off][0].item()
+        raise ValueError(f"{where}: completion_mask holds {value!r}; allowed: 0 or 1 (or bool)")
 
 
 def _in_int32_range(ids: torch.Tensor) -> bool:

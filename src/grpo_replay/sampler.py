@@ -101,8 +101,11 @@ class PrioritizedSampler(Sampler):
 
 class GroupPrioritizedSampler(PrioritizedSampler):
     """Draws whole groups (rows sharing a group key), a group's weight being the mean of its rows' weights
-    (equal to each row's for group_std and uniform, which are constant within a group), until at least
-    n_rows rows; the last group may overshoot. Rows of a group come in slot order, groups in draw order."""
+    (equal to each row's for group_std and uniform, which are constant within a group), never more than
+    n_rows rows in all: groups come in draw order and each is taken only if it fits in the rows still
+    missing (a group that does not fit is passed over, a smaller one after it may be taken), until none
+    fits. So the count is n_rows exactly when the drawn groups' sizes add up to it (groups of G rows and
+    n_rows a multiple of G), else less. Rows of a group come in slot order, groups in draw order."""
 
     def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator) -> np.ndarray:
         if n_rows <= 0 or len(storage) == 0:
@@ -111,11 +114,39 @@ class GroupPrioritizedSampler(PrioritizedSampler):
         w = storage.col("weight")[slots]
         keys, inv, sizes = np.unique(storage.col("group_key")[slots], return_inverse=True, return_counts=True)
         unit_w = np.bincount(inv, weights=w) / sizes
-        n_units = int(np.ceil(n_rows / sizes.min()))
-        if not self.replacement:
-            n_units = min(len(keys), n_units)
-        order = self._draw(unit_w, n_units, rng)
-        take = int(np.searchsorted(np.cumsum(sizes[order]), n_rows) + 1)  # units needed to reach n_rows
+        draw = self._units_iid if self.replacement else self._units_in_order
         by_unit = np.argsort(inv, kind="stable")
         starts = np.concatenate([[0], np.cumsum(sizes)])
-        return np.concatenate([slots[by_unit[starts[u] : starts[u + 1]]] for u in order[:take]])
+        units = draw(unit_w, sizes, int(n_rows), rng)
+        if not len(units):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([slots[by_unit[starts[u] : starts[u + 1]]] for u in units])
+
+    def _units_in_order(self, unit_w: np.ndarray, sizes: np.ndarray, room: int, rng: np.random.Generator) -> list[int]:
+        """Without replacement: every group in draw order (one successive-sampling order), taken while it fits."""
+        order = self._draw(unit_w, len(unit_w), rng)
+        fits = np.cumsum(sizes[order]) <= room
+        n_run = len(order) if fits.all() else int(np.argmin(fits))  # the leading run that fits as a whole
+        taken = order[:n_run].tolist()
+        room -= int(sizes[order[:n_run]].sum())
+        smallest = int(sizes.min())
+        for u in order[n_run:].tolist():  # past the first group that does not fit: skip, keep filling
+            if room < smallest:
+                break
+            if sizes[u] <= room:
+                taken.append(u)
+                room -= int(sizes[u])
+        return taken
+
+    def _units_iid(self, unit_w: np.ndarray, sizes: np.ndarray, room: int, rng: np.random.Generator) -> list[int]:
+        """With replacement: i.i.d. groups among those that fit the rows still missing, in rounds of as many
+        draws as surely fit (each round takes at least one group, so the loop ends)."""
+        taken: list[int] = []
+        while True:
+            fit = np.flatnonzero((sizes <= room) & (unit_w > 0))
+            if not len(fit):
+                return taken
+            m = max(1, room // int(sizes[fit].max()))
+            units = fit[self._draw(unit_w[fit], m, rng)]
+            taken += units.tolist()
+            room -= int(sizes[units].sum())

@@ -147,3 +147,63 @@ def test_state_keeps_named_totals_and_old_list_totals_still_load():
     with pytest.raises(ValueError, match="totals"):
         ReplayBuffer(a.config).load_state_dict({**state, "totals": {"added": 16}})
 
+
+
+def _same(a, b) -> bool:
+    """Deep equality of two state_dicts (nested dicts, lists, numpy arrays, scalars)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b)) and np.asarray(a).dtype == np.asarray(b).dtype
+    return a == b
+
+
+def _refused_adds():
+    """(what, batch, step, prompt_keys) of adds that must raise."""
+    b = lambda **kw: make_batch(2, 3, step=4, seed=7, **kw)  # noqa: E731
+    two = b()
+    two.completion_mask = two.completion_mask * 2
+    float_ids = b()
+    float_ids.completion_ids = float_ids.completion_ids.float() + 0.5
+    return [
+        ("prompt_keys too short", b(), 4, [1, 2, 3]),
+        ("prompt_keys fractional", b(), 4, [0.5] * 6),
+        ("ref_logps where the stored rows have none", b(with_ref=True), 4, None),
+        ("completion mask of 2", two, 4, None),
+        ("float token ids", float_ids, 4, None),
+        ("fractional step", b(), 4.5, None),
+    ]
+
+
+@pytest.mark.parametrize("what,batch,step,keys", _refused_adds(), ids=[r[0] for r in _refused_adds()])
+def test_a_failed_add_changes_nothing(what, batch, step, keys, tmp_path):
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, capacity=40), seed=3)
+    for t in range(3):
+        buf.sample(4, t)
+        buf.add(make_batch(2, 4, step=t, seed=t), t, prompt_keys=list(range(8)))
+    before = buf.state_dict()
+    with pytest.raises(ValueError):
+        buf.add(batch, step, prompt_keys=keys)
+    assert _same(buf.state_dict(), before)
+    buf.save(tmp_path / "buf")
+    loaded = ReplayBuffer.load(tmp_path / "buf")
+    assert _same(loaded.state_dict(), before)
+    assert torch.equal(loaded.sample(5, 4).advantages, buf.sample(5, 4).advantages)
+
+
+def test_no_draw_at_a_step_before_a_stored_birth():
+    """add at 5, then at 3, then a draw at 4 would replay rows of age -1: refused. Late rows are fine."""
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None), seed=0)
+    buf.add(make_batch(1, 4, step=5, seed=0), 5)
+    buf.add(make_batch(1, 4, step=3, seed=1), 3)  # a late insert keeps its birth step
+    with pytest.raises(ValueError, match="step 4 is before the birth step 5"):
+        buf.sample(4, 4)
+    with pytest.raises(ValueError, match="birth step 5"):
+        buf.evict(4)
+    assert len(buf) == 8
+    out = buf.sample(8, 6)
+    assert sorted(out.birth_step.tolist()) == [3] * 4 + [5] * 4 and bool((out.age(6) >= 0).all())
+    buf.add(make_batch(1, 4, step=2, seed=2), 2)  # rows arriving after a draw at a later step
+    assert bool((buf.sample(12, 6).age(6) >= 0).all())
+    with pytest.raises(ValueError, match="step=2.5 is invalid"):
+        buf.sample(4, 2.5)

@@ -62,9 +62,9 @@ def test_pool_rollout_granularity_exact():
 
 
 def test_warmup_and_grpo_compose_fresh_only():
-    fresh = make_batch(4, 4, step=1, seed=9)
-    assert len(compose_batch(fresh, _filled(ReplayConfig(warmup_steps=5)), 1).batch) == len(fresh)
-    assert compose_batch(fresh, _filled(ReplayConfig.grpo(warmup_steps=0)), 1).batch.is_replay.sum() == 0
+    fresh = make_batch(4, 4, step=3, seed=9)  # after the stored rows' births (0-2), before warm-up ends (5)
+    assert len(compose_batch(fresh, _filled(ReplayConfig(warmup_steps=5)), 3).batch) == len(fresh)
+    assert compose_batch(fresh, _filled(ReplayConfig.grpo(warmup_steps=0)), 3).batch.is_replay.sum() == 0
 
 
 def test_padding_and_metrics():
@@ -113,3 +113,42 @@ def test_fresh_index_maps_kept_rows(preset):
         assert torch.equal(idx, torch.arange(len(fresh)))
     else:
         assert len(idx) < len(fresh) and bool((idx[1:] > idx[:-1]).all())
+
+
+@pytest.mark.parametrize("preset", ["paper", "uniform_pool"])
+def test_replay_group_ids_are_unique_in_the_composed_batch(preset):
+    """Replay rows get group ids past the fresh rows' (the buffer's keys would repeat them: [0,0,0,0,1,1,1,1,
+    0,0,1,1]); rows of one stored group still share one id, in every view of the batch."""
+    buf = ReplayBuffer(ReplayConfig.from_preset(preset, warmup_steps=0, replay_ratio=1.0), seed=0)
+    buf.add(make_batch(2, 2, step=0, seed=1), 0)  # buffer keys 0 and 1
+    fresh = make_batch(2, 4, step=1, seed=2)  # fresh ids 0 and 1
+    out = compose_batch(fresh, buf, 1).batch
+    rep = out.is_replay
+    assert set(out.group_ids[~rep].tolist()) <= {0, 1}  # fresh ids as they came
+    assert set(out.group_ids[rep].tolist()) == {2, 3}
+    assert not set(out.group_ids[rep].tolist()) & set(out.group_ids[~rep].tolist())
+    assert sorted(torch.unique(out.group_ids[rep], return_counts=True)[1].tolist()) == [2, 2]
+    parts = torch.cat([p.group_ids for p in out.micro_batches()])
+    assert torch.equal(parts, out.group_ids) and torch.equal(out.select(torch.arange(len(out))).group_ids, out.group_ids)
+
+
+def test_fresh_anchored_whole_groups_never_overshoot():
+    """12 fresh rows at 0.5 ask for 6 replay rows; with stored groups of 4 that is one group (two gave 8)."""
+    buf = _filled(ReplayConfig(warmup_steps=0, granularity="group"))
+    fresh = make_batch(3, 4, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3).batch
+    assert int(out.is_replay.sum()) == 4 and int((~out.is_replay).sum()) == 12
+    fresh = make_batch(4, 4, step=3, seed=9)  # 16 fresh rows ask for 8: two whole groups, exact
+    assert int(compose_batch(fresh, buf, 3).batch.is_replay.sum()) == 8
+
+
+def test_pool_fills_its_share_with_the_groups_that_fit():
+    """A stored group of 8 against a share of 3 used to leave the share empty although groups of 2 and 1
+    were stored: now they fill it."""
+    for seed in range(6):
+        buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0), seed=seed)
+        for t, size in enumerate([8, 2, 1]):
+            buf.add(make_batch(1, size, step=t, seed=t), t)
+        fresh = make_batch(2, 4, step=3, seed=9)  # 8 rows at ratio 0.5: a share of round(8 / 3) = 3
+        out, kept = compose_batch(fresh, buf, 3)
+        assert int(out.is_replay.sum()) == 3 and len(kept) == 5 and len(out) == 8

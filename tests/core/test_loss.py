@@ -114,3 +114,47 @@ def test_matches_slow_loop(seed, agg, dual, beta):
 def test_invalid_loss_config(kw, msg):
     with pytest.raises(ValueError, match=msg):
         LossConfig(**kw)
+
+
+@pytest.mark.parametrize("shape", ["B1", "1C", "C", "BC+1"])
+def test_logps_of_another_shape_are_refused(shape):
+    """(B, 1), (1, C) or (C,) log-probs would broadcast against the (B, C) batch to a plausible number."""
+    batch = make_batch(2, 4, seed=1)
+    B, C = batch.completion_ids.shape
+    logps = {"B1": torch.zeros(B, 1), "1C": torch.zeros(1, C), "C": torch.zeros(C), "BC+1": torch.zeros(B, C + 1)}[shape]
+    with pytest.raises(ValueError, match=r"ppo_clip_loss: logps has shape .* allowed: exactly \(8, "):
+        ppo_clip_loss(logps, batch)
+
+
+@pytest.mark.parametrize("value", [2, -1])
+def test_a_mask_that_is_not_0_or_1_is_refused(value):
+    """The buffer keeps masks as bool: a weight-like mask would give a replayed row another loss."""
+    batch = make_batch(2, 4, seed=1)
+    batch.completion_mask = batch.completion_mask.clone()
+    batch.completion_mask[0, 0] = value
+    with pytest.raises(ValueError, match=f"completion_mask holds {value}; allowed: 0 or 1"):
+        ppo_clip_loss(batch.behaviour_logps.clone(), batch)
+    batch.completion_mask = batch.completion_mask.float().clamp(0, 1)  # 0.0/1.0 floats are a mask too
+    loss, _ = ppo_clip_loss(batch.behaviour_logps.clone(), batch)
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_masked_positions_do_not_influence_loss_or_gradient(beta):
+    """-inf (or NaN) at a masked position of behaviour, reference or current log-probs changes nothing."""
+    batch = make_batch(2, 4, seed=1, with_ref=True)
+    batch.behaviour_logps = batch.behaviour_logps - 0.3 * batch.completion_mask
+    cfg = LossConfig(beta=beta)
+    pad = batch.completion_mask == 0
+    assert bool(pad.any())
+    logps = (batch.behaviour_logps + 0.05).clone().requires_grad_(True)
+    ref_loss, _ = ppo_clip_loss(logps, batch, cfg)
+    ref_loss.backward()
+    ref_grad = logps.grad.clone()
+    dirty = batch.select(torch.arange(len(batch)))
+    dirty.behaviour_logps = torch.where(pad, float("-inf"), batch.behaviour_logps)
+    dirty.ref_logps = torch.where(pad, float("-inf"), batch.ref_logps)
+    logps2 = torch.where(pad, float("nan"), logps.detach()).requires_grad_(True)
+    loss, _ = ppo_clip_loss(logps2, dirty, cfg)
+    loss.backward()
+    assert torch.equal(loss, ref_loss) and torch.equal(logps2.grad, ref_grad)

@@ -135,9 +135,12 @@ def test_group_granularity_draws_whole_groups():
     buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0), seed=0)
     buf.add(make_batch(n_groups=6, group_size=4, seed=2), 0)
     out = buf.sample(6, 1)
-    assert len(out) == 8  # two whole groups reach 6 rows
+    assert len(out) == 4  # whole groups within 6 rows: one group of 4 (two would overshoot to 8)
     ids, counts = out.group_ids.unique(return_counts=True)
-    assert len(ids) == 2 and (counts == 4).all()
+    assert len(ids) == 1 and (counts == 4).all()
+    out = buf.sample(8, 1)
+    ids, counts = out.group_ids.unique(return_counts=True)
+    assert len(out) == 8 and len(ids) == 2 and (counts == 4).all()  # exact where the group sizes allow
 
 
 def test_config_picks_the_sampler_and_a_custom_sampler_is_a_part():
@@ -166,5 +169,25 @@ def test_sampler_draws_straight_from_a_storage():
     assert len(set(rows.tolist())) == 5 and buf.storage.valid[rows].all()
     groups = GroupPrioritizedSampler().sample(buf.storage, 5, rng)
     keys = buf.storage.col("group_key")[groups]
-    assert len(groups) == 8 and len(set(keys.tolist())) == 2  # two whole groups of 4 reach 5 rows
+    assert len(groups) == 4 and len(set(keys.tolist())) == 1  # whole groups of 4 within 5 rows: one
     assert len(PrioritizedSampler().sample(buf.storage, 0, rng)) == 0
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_group_draws_fill_the_rows_with_the_groups_that_fit(replacement, seed):
+    """Whole groups, never more than n_rows in all; a group too big for the rows still missing is passed
+    over and smaller ones after it are taken (a stored group of 8 must not leave a share of 3 empty)."""
+    buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0, replacement=replacement), seed=seed)
+    for t, size in enumerate([8, 2, 1]):
+        buf.add(make_batch(1, size, step=t, seed=t), t)
+    out = buf.sample(3, 3)
+    assert len(out) == 3 and 8 not in out.group_ids.unique(return_counts=True)[1].tolist()
+    stored = {1, 2, 8}
+    for n_rows in range(1, 14):
+        out = buf.sample(n_rows, 3)
+        taken = out.group_ids.unique(return_counts=True)[1].tolist()
+        assert len(out) <= n_rows
+        # none left out fits the rows still missing (with replacement any group may come again)
+        left = stored if replacement else stored - set(taken)
+        assert all(size > n_rows - len(out) for size in left)

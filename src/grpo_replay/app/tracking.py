@@ -1,4 +1,4 @@
-"""Experiment trackers for the built-in trainer: `report_to` = none | tensorboard | wandb (TRL's word).
+"""Experiment trackers for the built-in trainer: `report_to` = none | tensorboard | wandb | trackio (TRL's word).
 
 Every row the trainer appends to metrics.jsonl or evals.jsonl is sent to each tracker under the same names
 (nested dicts such as `pass@k` become `pass@k/1`; `buffer/age_hist` becomes a histogram; per-problem raw
@@ -8,11 +8,18 @@ hyper-parameters. A resumed run continues the same tracker run:
     (they are redone), so every step appears once.
   - W&B: the run id is stored in `<run dir>/wandb_run_id` and the resumed process re-attaches to it
     (`resume="allow"`). W&B keeps the values it already has for redone steps (it ignores steps it has seen).
-Trackers are optional extras: `pip install -e '.[track]'` in a grpo-replay checkout (or `[tensorboard]`, `[wandb]`).
+  - Trackio (Hugging Face's local-first tracker): a run of project `$TRACKIO_PROJECT` (default grpo-replay)
+    in trackio's own SQLite store (`$TRACKIO_DIR`, default `$HF_HOME/trackio`; `trackio show` opens it),
+    named `<run dir name>-<8 random characters>`; the name is stored in `<run dir>/trackio_run` and the
+    resumed process continues that run, keeping, like W&B, the values it already has for redone steps.
+Trackers are optional extras: `pip install -e '.[track]'` in a grpo-replay checkout (or `[tensorboard]`, `[wandb]`,
+`[trackio]`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import math
 import os
 import secrets
@@ -23,12 +30,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from . import configio
 from .configio import ConfigError
 
-TRACKERS = ("tensorboard", "wandb")
+TRACKERS = ("tensorboard", "wandb", "trackio")
 # Module whose presence makes a tracker usable, and the extra that installs it.
-_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "trackio": ("trackio", "trackio")}
 # List-valued metrics that are histograms of counts by integer bucket (bucket i = value i).
 HISTOGRAMS = ("buffer/age_hist",)
 WANDB_ID_FILE = "wandb_run_id"
+TRACKIO_NAME_FILE = "trackio_run"
 
 
 class TrackerError(ConfigError):
@@ -94,12 +102,14 @@ class Tracker:
         """first_step: the first step this process logs; rows an earlier process logged at or after it are
         superseded (a resume redoes the steps after its checkpoint; 0 = the run starts from scratch)."""
         self.names = parse_report_to(report_to)
-        self._tb = self._wandb = None
+        self._tb = self._wandb = self._trackio = None
         self._last: dict[str, tuple[int, float]] = {}
         if "tensorboard" in self.names:
             self._tb = _open_tensorboard(Path(run_dir) / "tensorboard", config, first_step)
         if "wandb" in self.names:
             self._wandb = _open_wandb(Path(run_dir), config)
+        if "trackio" in self.names:
+            self._trackio = _TrackioRun(Path(run_dir), config)
 
     def log(self, row: Mapping[str, Any]) -> None:
         if not self.names:
@@ -123,6 +133,8 @@ class Tracker:
                 data[k] = wandb.Histogram(np_histogram=(counts, list(range(len(counts) + 1))))
             # An eval row and a metrics row of the same step merge into one W&B step.
             self._wandb.log(data, step=step)
+        if self._trackio is not None:
+            self._trackio.log(scalars, hists, step)
 
     def close(self) -> None:
         if self._tb is not None:
@@ -131,6 +143,9 @@ class Tracker:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+        if self._trackio is not None:
+            self._trackio.close()
+            self._trackio = None
 
 
 def _open_tensorboard(log_dir: Path, config: Mapping[str, Any], first_step: int):
@@ -202,3 +217,39 @@ def _wandb_init(wandb, run_dir: Path, run_id: str, config: Mapping[str, Any]):
         # W&B's console capture and banners would interleave with the progress bar (_open_wandb prints one line).
         settings=wandb.Settings(console="off", silent=True),
     )
+
+
+class _TrackioRun:
+    """One trackio run of the trainer's rows (a run of several processes when the trainer resumes)."""
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any]):
+        import trackio
+        from trackio.sqlite_storage import SQLiteStorage
+
+        name_file = run_dir / TRACKIO_NAME_FILE
+        suffix = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))  # not the seeded RNG
+        name = name_file.read_text().strip() if name_file.exists() else f"{run_dir.name}-{suffix}"
+        name_file.write_text(name + "\n")
+        self.project = os.environ.get("TRACKIO_PROJECT", "grpo-replay")
+        # Steps an earlier process of this run logged keep their values (the resumed process redoes some).
+        self.done = SQLiteStorage.get_max_step_for_run(self.project, name)
+        with contextlib.redirect_stdout(io.StringIO()):  # trackio's banner would interleave with the progress bar
+            self.run = trackio.init(project=self.project, name=name, config=configio.plain(config), resume="allow",
+                                    embed=False, auto_log_cpu=False, auto_log_gpu=False)
+        where = os.environ.get("TRACKIO_DIR") or "$HF_HOME/trackio"
+        print(f"grpo-replay: trackio run {name} in project {self.project} ({where}; `trackio show` opens it)", flush=True)
+
+    def log(self, scalars: Mapping[str, float], hists: Mapping[str, list], step: int) -> None:
+        if self.done is not None and step <= self.done:
+            return
+        import trackio
+
+        data: dict[str, Any] = dict(scalars)
+        for k, counts in hists.items():
+            data[k] = trackio.Histogram(np_histogram=(counts, list(range(len(counts) + 1))))
+        if data:
+            self.run.log(data, step=step)
+
+    def close(self) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.run.finish()  # waits for trackio's writer thread: every row is in the store after this

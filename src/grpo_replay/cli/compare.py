@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Extra TrainConfig override for every run (see `grpo-replay train --list-keys`).")
     p.add_argument("--report-to", "--report_to", nargs="+", default=None, metavar="TRACKER",
-                   help="Experiment trackers for every run: none | tensorboard | wandb (several allowed).")
+                   help="Experiment trackers for every run: none | tensorboard | wandb | trackio (several allowed).")
     p.add_argument("--cache-dir", default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")

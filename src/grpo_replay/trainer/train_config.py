@@ -99,7 +99,7 @@ class TrainConfig:
     progress: bool = True
     """Show a progress bar."""
     report_to: Union[str, tuple[str, ...]] = "none"
-    """Experiment trackers (TRL's word): none | tensorboard | wandb, several as a list or comma-separated
+    """Experiment trackers (TRL's word): none | tensorboard | wandb | trackio, several as a list or comma-separated
     (tensorboard,wandb). Each gets every metrics.jsonl / evals.jsonl row under the same names."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
