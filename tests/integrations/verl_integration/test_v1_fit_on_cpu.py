@@ -1,0 +1,165 @@
+"""Replay through verl 0.9.1's real v1 `fit()` loop, sync mode, on CPU (v1_driver.py says what is faked).
+
+One Ray cluster (4 CPUs) and one TransferQueue (2 storage units) for the module; each run gets a TransferQueue
+emptied first, as a fresh process would have. Checked at the loss (the fake actor records every row it trains on):
+replay rows' old log-probs / advantages / rollout log-probs are bit-identical to what the same row carried at its
+birth step, ages lie in [1, tau_max] versions, the replay share is as configured once warm, `replay=grpo` trains
+exactly as verl's own `PPOTrainerSync`, and a resume from a mid-run checkpoint continues the same draws.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+pytest.importorskip("verl.protocol")
+ray = pytest.importorskip("ray")
+tq = pytest.importorskip("transfer_queue")
+
+from hydra import compose, initialize_config_module  # noqa: E402
+from v1_driver import run_fit, write_dataset  # noqa: E402
+
+from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key, tq_row_nbytes  # noqa: E402
+
+ROLLOUT_N, PROMPTS, TAU = 4, 4, 2
+RATIO = ("replay.replay_ratio=0.5",)
+
+
+@pytest.fixture(scope="module")
+def tq_cluster():
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "src"))
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+    from omegaconf import OmegaConf
+
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 2}}}))
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+def empty_tq():
+    for pid, items in (tq.kv_list() or {}).items():
+        if items:
+            tq.kv_clear(keys=list(items), partition_id=pid)
+
+
+def v1_config(tmp_path, *overrides):
+    os.makedirs(tmp_path, exist_ok=True)
+    data = str(tmp_path / "data.parquet")
+    if not os.path.exists(data):
+        write_dataset(data)
+    with initialize_config_module(config_module="grpo_replay.integrations.verl.config", version_base=None):
+        cfg = compose(
+            config_name="replay_ppo_trainer",
+            overrides=[
+                f"data.train_files=[{data}]", f"data.val_files=[{data}]", f"data.train_batch_size={PROMPTS}",
+                "data.max_prompt_length=32", "data.max_response_length=6", "data.dataloader_num_workers=0",
+                f"actor_rollout_ref.rollout.n={ROLLOUT_N}", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.model.path=/nonexistent",
+                "algorithm.adv_estimator=grpo", "trainer.total_training_steps=6", "trainer.save_freq=3",
+                "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console]",
+                f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.resume_mode=disable", "trainer.n_gpus_per_node=2",
+                "replay.warmup_steps=0", f"replay.tau_max={TAU}",
+                *overrides,
+            ],
+        )
+    cfg.transfer_queue.enable = True
+    return cfg
+
+
+def replay_cls():
+    from grpo_replay.integrations.verl.trainer_v1 import ReplayPPOTrainerSync
+
+    return ReplayPPOTrainerSync
+
+
+def by_step(trainer):
+    return {u["step"]: u for u in trainer.actor_rollout_wg.updates}
+
+
+@pytest.mark.timeout(900)
+def test_v1_sync_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path):
+    empty_tq()
+    t = run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "replay.filter_zero_variance=false"))
+    ups = by_step(t)
+    assert sorted(ups) == list(range(1, 7))
+    seen_replay = 0
+    for step, up in ups.items():
+        m = t.step_metrics[step]
+        fresh = [k for k in up["keys"] if not is_store_key(k)]
+        replay = [(k, tag) for k, tag in zip(up["keys"], up["tags"]) if is_store_key(k)]
+        assert len(fresh) == PROMPTS * ROLLOUT_N  # the whole fresh batch is kept (no zero-variance filter here)
+        assert len(up["keys"]) % 8 == 0 and len(set(up["keys"])) == len(up["keys"])
+        assert up["mini_batch_size"] == len(up["keys"]) // 2  # K = 2 optimizer steps, as without replay
+        assert m["replay/replay_rows"] == len(replay) and m["replay/share"] == len(replay) / len(up["keys"])
+        if step >= 2:  # warm: round(0.5 * 16) = 8 replay rows, a multiple of the unit already
+            assert len(replay) == 8, (step, len(replay), m.get("buffer/size"))
+        for k, tag in replay:
+            birth = tag[STORE_TAG]["birth"]
+            assert 1 <= step - birth <= TAU
+            born = ups[birth]["rows"][tag[STORE_TAG]["of"]]
+            for f in ("old_log_probs", "advantages", "rollout_log_probs"):
+                assert torch.equal(up["rows"][k][f], born[f]), (step, k, f)
+            seen_replay += 1
+        assert up["fields"] == ups[1]["fields"]  # replay rows carry exactly the fresh rows' fields
+        if replay:
+            ages = [step - tag[STORE_TAG]["birth"] for _, tag in replay]
+            assert m["replay/age_versions/max"] == max(ages)
+            assert "training/off_policy/trajectory_staleness/mean" in m
+            assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for tg in up["tags"])
+    assert seen_replay >= 5 * 8
+    # where the stored rows live: scalars in this process, token tensors in TransferQueue's storage units
+    listed = tq.kv_list("train")["train"]
+    stored = [k for k in listed if is_store_key(k)]
+    assert len(stored) == len(t.replay_store.buffer)
+    row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
+    print(f"bytes per stored row: trainer process {t.replay_store.buffer.storage.nbytes() / len(stored):.0f} "
+          f"(buffer arenas + columns); TransferQueue tensors {tq_row_nbytes(row):.0f} (this toy row)")
+
+
+@pytest.mark.timeout(900)
+def test_v1_sync_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    empty_tq()
+    plain = run_fit(PPOTrainerSync, v1_config(tmp_path / "plain"))
+    empty_tq()
+    grpo = run_fit(replay_cls(), v1_config(tmp_path / "grpo", "replay=grpo", "replay.filter_zero_variance=false"))
+    for a, b in zip(plain.actor_rollout_wg.updates, grpo.actor_rollout_wg.updates, strict=True):
+        assert a["mini_batch_size"] == b["mini_batch_size"] and len(a["keys"]) == len(b["keys"])
+        for ka, kb in zip(a["keys"], b["keys"], strict=True):
+            for f in ("old_log_probs", "advantages"):
+                assert torch.equal(a["rows"][ka][f], b["rows"][kb][f])
+    assert torch.equal(plain.model.table, grpo.model.table)
+    assert not any(is_store_key(k) for u in grpo.actor_rollout_wg.updates for k in u["keys"])
+
+
+@pytest.mark.timeout(900)
+def test_v1_sync_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path):
+    empty_tq()
+    full = run_fit(replay_cls(), v1_config(tmp_path, *RATIO))
+    folder = tmp_path / "ckpt" / "global_step_3"
+    assert (folder / "replay_buffer.npz").exists() and (folder / "replay_transfer_queue").exists()
+    keep = tmp_path / "copy" / "global_step_3"
+    shutil.copytree(folder, keep)
+    empty_tq()
+    resumed = run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "trainer.resume_mode=resume_path",
+                                              f"trainer.resume_from_path={folder}"))
+    a, b = by_step(full), by_step(resumed)
+    assert sorted(b) == [4, 5, 6]
+    for step in (4, 5, 6):
+        ra = [k for k in a[step]["keys"] if is_store_key(k)]
+        rb = [k for k in b[step]["keys"] if is_store_key(k)]
+        assert sorted(ra) == sorted(rb) and ra, step
+        for k in ra:
+            assert torch.equal(a[step]["rows"][k]["old_log_probs"], b[step]["rows"][k]["old_log_probs"])
+    assert torch.equal(full.model.table, resumed.model.table)
+
+    os.remove(keep / "replay_buffer.npz")
+    empty_tq()
+    with pytest.raises(FileNotFoundError, match=r"replay_buffer\.npz.*allow_empty_resume"):
+        run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "trainer.resume_mode=resume_path",
+                                        f"trainer.resume_from_path={keep}"))
