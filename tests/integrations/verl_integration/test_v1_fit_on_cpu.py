@@ -46,7 +46,7 @@ def empty_tq():
             tq.kv_clear(keys=list(items), partition_id=pid)
 
 
-def v1_config(tmp_path, *overrides):
+def v1_config(tmp_path, mode, *overrides):
     os.makedirs(tmp_path, exist_ok=True)
     data = str(tmp_path / "data.parquet")
     if not os.path.exists(data):
@@ -62,7 +62,7 @@ def v1_config(tmp_path, *overrides):
                 "algorithm.adv_estimator=grpo", "trainer.total_training_steps=6", "trainer.save_freq=3",
                 "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console]",
                 f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.resume_mode=disable", "trainer.n_gpus_per_node=2",
-                "replay.warmup_steps=0", f"replay.tau_max={TAU}",
+                "replay.warmup_steps=0", f"replay.tau_max={TAU}", f"trainer.v1.trainer_mode={mode}",
                 *overrides,
             ],
         )
@@ -70,10 +70,13 @@ def v1_config(tmp_path, *overrides):
     return cfg
 
 
-def replay_cls():
-    from grpo_replay.integrations.verl.trainer_v1 import ReplayPPOTrainerSync
+def replay_cls(mode):
+    from grpo_replay.integrations.verl.trainer_v1 import replay_trainer_cls
 
-    return ReplayPPOTrainerSync
+    return replay_trainer_cls(mode)
+
+
+MODES = ["sync", "colocate_async"]
 
 
 def by_step(trainer):
@@ -81,9 +84,10 @@ def by_step(trainer):
 
 
 @pytest.mark.timeout(900)
-def test_v1_sync_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     empty_tq()
-    t = run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "replay.filter_zero_variance=false"))
+    t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false"))
     ups = by_step(t)
     assert sorted(ups) == list(range(1, 7))
     seen_replay = 0
@@ -100,7 +104,7 @@ def test_v1_sync_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path):
         for k, tag in replay:
             birth = tag[STORE_TAG]["birth"]
             assert 1 <= step - birth <= TAU
-            born = ups[birth]["rows"][tag[STORE_TAG]["of"]]
+            born = ups[tag[STORE_TAG]["step"]]["rows"][tag[STORE_TAG]["of"]]
             for f in ("old_log_probs", "advantages", "rollout_log_probs"):
                 assert torch.equal(up["rows"][k][f], born[f]), (step, k, f)
             seen_replay += 1
@@ -111,6 +115,15 @@ def test_v1_sync_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path):
             assert "training/off_policy/trajectory_staleness/mean" in m
             assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for tg in up["tags"])
     assert seen_replay >= 5 * 8
+    # which log-probs a stored row keeps: the old_log_probs verl computed when the row was fresh, i.e. under the
+    # version that consumed it (global step - 1). They equal the rollout's own log-probs exactly when that is the
+    # version that generated it (birth - 1): always in sync mode; in colocate_async only for rows generated and
+    # consumed before the first update (the warm-up batch is generated one version ahead of its consumption).
+    replayed = [(up["rows"][k], tag[STORE_TAG]) for up in ups.values() for k, tag in zip(up["keys"], up["tags"])
+                if is_store_key(k)]
+    for r, st in replayed:
+        assert torch.equal(r["old_log_probs"], r["rollout_log_probs"]) == (st["step"] == st["birth"])
+    assert any(st["step"] != st["birth"] for _, st in replayed) == (mode != "sync")
     # where the stored rows live: scalars in this process, token tensors in TransferQueue's storage units
     listed = tq.kv_list("train")["train"]
     stored = [k for k in listed if is_store_key(k)]
@@ -121,13 +134,14 @@ def test_v1_sync_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_v1_sync_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path):
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+@pytest.mark.parametrize("mode", MODES)
+def test_v1_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path, mode):
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
     empty_tq()
-    plain = run_fit(PPOTrainerSync, v1_config(tmp_path / "plain"))
+    plain = run_fit(TRAINER_REGISTRY[mode], v1_config(tmp_path / "plain", mode))
     empty_tq()
-    grpo = run_fit(replay_cls(), v1_config(tmp_path / "grpo", "replay=grpo", "replay.filter_zero_variance=false"))
+    grpo = run_fit(replay_cls(mode), v1_config(tmp_path / "grpo", mode, "replay=grpo", "replay.filter_zero_variance=false"))
     for a, b in zip(plain.actor_rollout_wg.updates, grpo.actor_rollout_wg.updates, strict=True):
         assert a["mini_batch_size"] == b["mini_batch_size"] and len(a["keys"]) == len(b["keys"])
         for ka, kb in zip(a["keys"], b["keys"], strict=True):
@@ -138,28 +152,34 @@ def test_v1_sync_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_v1_sync_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mode):
     empty_tq()
-    full = run_fit(replay_cls(), v1_config(tmp_path, *RATIO))
+    full = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO))
     folder = tmp_path / "ckpt" / "global_step_3"
-    assert (folder / "replay_buffer.npz").exists() and (folder / "replay_transfer_queue").exists()
+    # sync: verl saves no TransferQueue state, the stored rows go to replay_transfer_queue/; async: verl's own
+    tq_dir = "replay_transfer_queue" if mode == "sync" else "transfer_queue"
+    assert (folder / "replay_buffer.npz").exists() and (folder / tq_dir).exists()
     keep = tmp_path / "copy" / "global_step_3"
     shutil.copytree(folder, keep)
     empty_tq()
-    resumed = run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "trainer.resume_mode=resume_path",
-                                              f"trainer.resume_from_path={folder}"))
+    resumed = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "trainer.resume_mode=resume_path",
+                                                  f"trainer.resume_from_path={folder}"), uid_seed=1)
     a, b = by_step(full), by_step(resumed)
     assert sorted(b) == [4, 5, 6]
+    n_replayed = 0
     for step in (4, 5, 6):
         ra = [k for k in a[step]["keys"] if is_store_key(k)]
         rb = [k for k in b[step]["keys"] if is_store_key(k)]
-        assert sorted(ra) == sorted(rb) and ra, step
+        assert sorted(ra) == sorted(rb), step
+        n_replayed += len(ra)
         for k in ra:
             assert torch.equal(a[step]["rows"][k]["old_log_probs"], b[step]["rows"][k]["old_log_probs"])
+    assert n_replayed > 0
     assert torch.equal(full.model.table, resumed.model.table)
 
     os.remove(keep / "replay_buffer.npz")
     empty_tq()
     with pytest.raises(FileNotFoundError, match=r"replay_buffer\.npz.*allow_empty_resume"):
-        run_fit(replay_cls(), v1_config(tmp_path, *RATIO, "trainer.resume_mode=resume_path",
+        run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "trainer.resume_mode=resume_path",
                                         f"trainer.resume_from_path={keep}"))

@@ -75,6 +75,12 @@ class FakeCheckpointManager:
     def sleep_replicas(self):
         pass
 
+    def abort_replicas(self):  # colocate_async: no request is ever in flight here
+        pass
+
+    def resume_generation_replicas(self):
+        pass
+
 
 class FakeAgentLoop:
     """`generate_sequences(batch)` as `AgentLoopManagerTQ` + `AgentLoopWorkerTQ` do, synchronously."""
@@ -174,7 +180,7 @@ class FakeActorWG:
                                                   mask, "token-mean", self.loss_cfg)
             loss.backward()
             self.opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": losses}})
 
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
@@ -221,9 +227,23 @@ def cpu_trainer_cls(base: type) -> type:
     return CPUTrainer
 
 
-def run_fit(cls: type, config) -> object:
-    trainer = cpu_trainer_cls(cls)(config=config)
-    trainer.init()
-    agent = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager)
-    trainer.fit(agent)
+def run_fit(cls: type, config, uid_seed: int = 0) -> object:
+    """One training run. verl names each prompt group `uuid4()` and its async sampler breaks ties between equally
+    old groups in set order, so two runs pick the same groups only with the same names: the run's uuids are
+    counted from `uid_seed` (two runs that must agree share it; a resumed run uses another, as names must not
+    collide with the restored TransferQueue's)."""
+    import uuid
+
+    import verl.trainer.ppo.v1.trainer_base as base
+
+    counter = iter(range(1 << 40))
+    real = base.uuid
+    base.uuid = SimpleNamespace(uuid4=lambda: uuid.UUID(int=(uid_seed << 64) | next(counter)))
+    try:
+        trainer = cpu_trainer_cls(cls)(config=config)
+        trainer.init()
+        agent = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager)
+        trainer.fit(agent)
+    finally:
+        base.uuid = real
     return trainer

@@ -36,6 +36,7 @@ try:
     import transfer_queue as tq
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 except ImportError as e:  # pragma: no cover
     from ._compat import INSTALL_HINT
@@ -45,7 +46,6 @@ except ImportError as e:  # pragma: no cover
 logger = logging.getLogger(__name__)
 BUFFER_NAME = "replay_buffer"
 TQ_DIR = "replay_transfer_queue"
-SUPPORTED_MODES = ("sync",)
 
 
 def make_store(config: Any) -> TQReplayStore:
@@ -57,8 +57,8 @@ class ReplayV1Mixin:
 
     def __init__(self, config):
         mode = config.trainer.v1.trainer_mode
-        if mode not in SUPPORTED_MODES:
-            raise ValueError(f"trainer.v1.trainer_mode={mode!r}: replay supports {list(SUPPORTED_MODES)} on v1")
+        if mode not in REPLAY_CLASSES:
+            replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
         self.replay_store = make_store(config)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
@@ -100,7 +100,7 @@ class ReplayV1Mixin:
         """Algorithm 1 step 7, then kv_clear the rows capacity eviction dropped."""
         store = self.replay_store
         before = store.live_ids()
-        n = store.insert(tq, fresh, rows, pid)
+        n = store.insert(tq, fresh, rows, pid, int(self.global_steps))
         store.clear_evicted(tq, pid, np.union1d(before, np.arange(store.next_id - n, store.next_id)))
         return n
 
@@ -236,13 +236,20 @@ class ReplayPPOTrainerSync(ReplayV1Mixin, PPOTrainerSync):
     """verl's v1 `PPOTrainerSync` with replay (not registered: verl's "sync" name keeps its own class)."""
 
 
+class ReplayPPOTrainerColocateAsync(ReplayV1Mixin, PPOTrainerColocateAsync):
+    """verl's v1 `PPOTrainerColocateAsync` with replay (not registered)."""
+
+
+REPLAY_CLASSES = {"sync": ReplayPPOTrainerSync, "colocate_async": ReplayPPOTrainerColocateAsync}
+
+
 def replay_trainer_cls(mode: str) -> type:
     """The replay class for a v1 trainer mode (ValueError naming the field for a mode replay does not support)."""
     if mode not in TRAINER_REGISTRY:
         raise ValueError(f"trainer.v1.trainer_mode={mode!r} is not a verl trainer; allowed: {sorted(TRAINER_REGISTRY)}")
-    if mode not in SUPPORTED_MODES:
+    if mode not in REPLAY_CLASSES:
         raise ValueError(
-            f"trainer.v1.trainer_mode={mode!r}: grpo-replay supports {list(SUPPORTED_MODES)} on verl's v1 trainer "
-            "(the async modes are not tested yet); use trainer.v1.trainer_mode=sync or trainer.use_v1=false"
+            f"trainer.v1.trainer_mode={mode!r}: grpo-replay supports {sorted(REPLAY_CLASSES)} on verl's v1 trainer "
+            "(separate_async is not supported yet); use one of those or trainer.use_v1=false"
         )
-    return ReplayPPOTrainerSync
+    return REPLAY_CLASSES[mode]

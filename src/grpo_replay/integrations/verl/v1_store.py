@@ -30,7 +30,8 @@ from .hook import VerlReplaySettings, row_advantages
 
 KEY_PREFIX = "grpo-replay-"
 STORE_TAG = "grpo_replay"
-"""Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1)}."""
+"""Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
+"step" (the global step that trained on it fresh)}."""
 # Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
 SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
 
@@ -160,7 +161,7 @@ class TQReplayStore:
             nonzero=nonzero,
         )
 
-    def insert(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str) -> int:
+    def insert(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> int:
         """Algorithm 1 step 7: copy fresh rows `rows` to store keys (all fields, same tags) and add them."""
         if not len(rows):
             return 0
@@ -169,7 +170,7 @@ class TQReplayStore:
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         tags = [
-            {**fresh.tags[i], STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i])}}
+            {**fresh.tags[i], STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]
         tq.kv_batch_put(keys=[store_key(j) for j in ids], partition_id=partition_id, fields=data, tags=tags)
