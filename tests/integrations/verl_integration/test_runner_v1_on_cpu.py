@@ -57,6 +57,8 @@ def _main(*overrides):
     [
         ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode='separate_async'"),
         ("replay.priority=bogus", "priority"),
+        ("transfer_queue.backend.SimpleStorage.total_storage_size=100",
+         "transfer_queue.backend.SimpleStorage.total_storage_size=100 cannot hold"),
     ],
 )
 def test_main_refuses_bad_settings_with_exit_2_before_ray(override, message):

@@ -149,6 +149,8 @@ def test_v1_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path, mode):
                 assert torch.equal(a["rows"][ka][f], b["rows"][kb][f])
     assert torch.equal(plain.model.table, grpo.model.table)
     assert not any(is_store_key(k) for u in grpo.actor_rollout_wg.updates for k in u["keys"])
+    listed = (tq.kv_list("train") or {}).get("train", {})
+    assert not [k for k in listed if is_store_key(k)]  # replay off: no row is copied into TransferQueue
 
 
 @pytest.mark.timeout(900)

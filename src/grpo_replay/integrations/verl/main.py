@@ -22,9 +22,10 @@ def check_config(config) -> type:
     split_config(OmegaConf.to_container(config.replay, resolve=True))
     if config.trainer.get("use_v1", True):
         from .runner_v1 import ReplayTaskRunnerV1
-        from .trainer_v1 import replay_trainer_cls
+        from .trainer_v1 import check_storage, replay_trainer_cls
 
         replay_trainer_cls(config.trainer.v1.trainer_mode)
+        check_storage(config)
         return ReplayTaskRunnerV1
     from .runner import ReplayTaskRunner
 

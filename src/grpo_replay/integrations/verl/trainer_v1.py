@@ -59,6 +59,7 @@ class ReplayV1Mixin:
         mode = config.trainer.v1.trainer_mode
         if mode not in REPLAY_CLASSES:
             replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
+        check_storage(config)
         self.replay_store = make_store(config)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
@@ -71,7 +72,8 @@ class ReplayV1Mixin:
         if len(fresh) != len(batch):  # verl padded this batch: its synthetic rows cannot be composed around
             logger.warning("step %d: verl padded the batch; no replay rows this step", step)
             super()._update_actor(batch, metrics)
-            self._insert(fresh, nonzero_rows(fresh), pid)
+            if store.config.enabled:
+                self._insert(fresh, nonzero_rows(fresh), pid)
             return batch
         before = store.live_ids()
         plan = store.compose(fresh, step)
@@ -92,7 +94,8 @@ class ReplayV1Mixin:
             if store.settings.rebalance and self.config.trainer.balance_batch and changed:
                 composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
             super()._update_actor(composed, metrics)
-        n_ins = self._insert(fresh, np.flatnonzero(plan.nonzero), pid)
+        # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
+        n_ins = self._insert(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
         metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step))
         return batch
 
@@ -189,6 +192,27 @@ class ReplayV1Mixin:
             folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
         load_store(self.replay_store, folder, self.trainer_mode)
         return out
+
+
+def check_storage(config: Any) -> None:
+    """ValueError when TransferQueue's storage cannot hold the stored rows next to the rows in flight: its
+    SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run."""
+    cfg, _ = split_config(replay_dict(config))
+    node = config.get("transfer_queue", {}).get("backend", {}).get("SimpleStorage", {})
+    limit = node.get("total_storage_size", None) if node else None
+    if limit is None or not cfg.enabled:
+        return
+    per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    stored = (cfg.tau_max + 1) * per_step if cfg.capacity is None else min(cfg.capacity, (cfg.tau_max + 1) * per_step)
+    mode = config.trainer.v1.trainer_mode
+    warmup = float(config.trainer.v1.get(mode, {}).get("num_warmup_batches", 0) or 0)
+    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (int(config.actor_rollout_ref.rollout.n) + 1)
+    if stored + in_flight > int(limit):
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
+            f"rows (min(replay.capacity, (replay.tau_max + 1) * train_batch_size * rollout.n)) plus {in_flight} rows "
+            f"in flight; allowed: total_storage_size >= {stored + in_flight}, or a smaller replay.capacity"
+        )
 
 
 def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str = "train") -> bool:
