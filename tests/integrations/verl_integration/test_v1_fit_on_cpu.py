@@ -87,7 +87,8 @@ def by_step(trainer):
 @pytest.mark.parametrize("mode", MODES)
 def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     empty_tq()
-    t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false"))
+    t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false",
+                                            "trainer.max_actor_ckpt_to_keep=1"))
     ups = by_step(t)
     assert sorted(ups) == list(range(1, 7))
     seen_replay = 0
@@ -124,13 +125,18 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     for r, st in replayed:
         assert torch.equal(r["old_log_probs"], r["rollout_log_probs"]) == (st["step"] == st["birth"])
     assert any(st["step"] != st["birth"] for _, st in replayed) == (mode != "sync")
+    # max_actor_ckpt_to_keep=1: only the newest step folder keeps the buffer and (sync) its rows
+    old, new = tmp_path / "ckpt" / "global_step_3", tmp_path / "ckpt" / "global_step_6"
+    assert not list(old.glob("replay_*")) and (new / "replay_buffer.store.json").exists()
+    assert (new / "replay_transfer_queue").exists() == (mode == "sync")
     # where the stored rows live: scalars in this process, token tensors in TransferQueue's storage units
     listed = tq.kv_list("train")["train"]
     stored = [k for k in listed if is_store_key(k)]
     assert len(stored) == len(t.replay_store.buffer)
     row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
-    print(f"bytes per stored row: trainer process {t.replay_store.buffer.storage.nbytes() / len(stored):.0f} "
-          f"(buffer arenas + columns); TransferQueue tensors {tq_row_nbytes(row):.0f} (this toy row)")
+    st = t.replay_store.buffer.storage
+    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns); "
+          f"in TransferQueue: {tq_row_nbytes(row)} of tensor fields (this toy row)")
 
 
 @pytest.mark.timeout(900)

@@ -20,15 +20,18 @@ fresh rows have age 0 in sync mode and `tau_max` bounds replay rows to ages 1..t
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import logging
 import math
 import os
+import shutil
 from typing import Any
 
 import numpy as np
 
 from ...advantage import nonzero_variance_mask
-from .trainer import _abs, _override, prune_buffers, replay_dict, step_folder
+from .trainer import _abs, _override, replay_dict, step_folder
 from .hook import ReplayHook, split_config
 from .v1_store import KEY_PREFIX, TQReplayStore, is_store_key, read_fresh, store_key
 
@@ -135,7 +138,7 @@ class ReplayV1Mixin:
         keys = [fresh.keys[i] for i in used]
         tags = [fresh.tags[i] for i in used]
         if len(replay_ids):
-            listed = tq.kv_list(batch.partition_id).get(batch.partition_id, {})
+            listed = _listed(batch.partition_id)
             rkeys = [store_key(i) for i in replay_ids]
             missing = [k for k in rkeys if k not in listed]
             if missing:
@@ -179,7 +182,7 @@ class ReplayV1Mixin:
         self.replay_store.save(os.path.join(folder, BUFFER_NAME))
         if self.trainer_mode == "sync":  # verl saves TransferQueue in the async modes only
             tq.save_checkpoint(os.path.join(folder, TQ_DIR), metadata={"global_steps": self.global_steps})
-        prune_buffers(self.config.trainer.default_local_dir, keep=self.config.trainer.get("max_actor_ckpt_to_keep"))
+        prune_store(self.config.trainer.default_local_dir, keep=self.config.trainer.get("max_actor_ckpt_to_keep"))
         return super()._save_checkpoint()
 
     def _load_checkpoint(self):
@@ -234,17 +237,37 @@ def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str =
     if mode == "sync":
         tq.load_checkpoint(os.path.join(folder, TQ_DIR))
         _clear_keys(partition_id, lambda k: not is_store_key(k))  # that step's fresh rows, cleared by fit() then
-    listed = tq.kv_list(partition_id).get(partition_id, {})
-    lost = [store_key(i) for i in store.live_ids() if store_key(i) not in listed]
+    listed, live = _listed(partition_id), {store_key(i) for i in store.live_ids()}
+    lost = sorted(live - set(listed))
     if lost:
         raise FileNotFoundError(f"resuming from {folder}: stored rows {lost[:3]} ({len(lost)}) are not in TransferQueue")
-    _clear_keys(partition_id, lambda k: is_store_key(k) and int(k[len(KEY_PREFIX):]) not in set(store.live_ids()))
+    _clear_keys(partition_id, lambda k: is_store_key(k) and k not in live)
     logger.info("replay buffer (%d rollouts) loaded from %s", len(store.buffer), path)
     return True
 
 
+def prune_store(default_local_dir: str, keep) -> None:
+    """Keep the buffer files and stored rows of the newest `keep` global_step folders (verl prunes actor/ alike)."""
+    if not keep or keep <= 0:
+        return
+    steps = []
+    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
+        with contextlib.suppress(ValueError):
+            steps.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), os.path.dirname(p)))
+    for _, folder in sorted(steps)[: max(0, len(steps) - int(keep))]:
+        for suffix in (".json", ".npz", ".store.json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, BUFFER_NAME + suffix))
+        shutil.rmtree(os.path.join(folder, TQ_DIR), ignore_errors=True)
+
+
+def _listed(partition_id: str) -> dict:
+    """{key: tag} of a TransferQueue partition (empty when it has none)."""
+    return (tq.kv_list(partition_id) or {}).get(partition_id, {}) or {}
+
+
 def _clear_keys(partition_id: str, pred) -> None:
-    keys = [k for k in (tq.kv_list(partition_id) or {}).get(partition_id, {}) if pred(k)]
+    keys = [k for k in _listed(partition_id) if pred(k)]
     if keys:
         tq.kv_clear(keys=keys, partition_id=partition_id)
 
