@@ -21,12 +21,22 @@ N_GPUS=${N_GPUS:-8}
 NNODES=${NNODES:-1}
 PROMPTS=${PROMPTS:-128}           # prompts per step; rows per step = PROMPTS * 8
 TRAINER=${TRAINER:-v1}            # v1 | legacy
-MODE=${MODE:-sync}                # v1 only: sync | colocate_async (separate_async is refused)
+MODE=${MODE:-sync}                # v1 only: sync | colocate_async | separate_async
 EXP=${EXP:-qwen3-4b-math-replay-$PRESET-$TRAINER}
 if [ "$TRAINER" = legacy ]; then
   TRAINER_ARGS=(trainer.use_v1=false)
 else
   TRAINER_ARGS=(trainer.use_v1=true trainer.v1.trainer_mode="$MODE")
+fi
+MINI=$PROMPTS                     # one optimizer step per batch (the paper's setting)
+if [ "$MODE" = separate_async ]; then
+  # verl: train_batch_size = parameter_sync_step * ppo_mini_batch_size; rollout on ROLLOUT_GPUS GPUs of their own
+  SYNC_STEPS=${SYNC_STEPS:-1} ROLLOUT_GPUS=${ROLLOUT_GPUS:-4}
+  MINI=$(( PROMPTS / SYNC_STEPS ))
+  N_GPUS=$(( N_GPUS - ROLLOUT_GPUS ))
+  TRAINER_ARGS+=(trainer.v1.separate_async.parameter_sync_step="$SYNC_STEPS"
+                 actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node="$ROLLOUT_GPUS"
+                 actor_rollout_ref.rollout.checkpoint_engine.backend=nccl)
 fi
 
 python -m grpo_replay.integrations.verl.main \
@@ -44,7 +54,7 @@ python -m grpo_replay.integrations.verl.main \
   actor_rollout_ref.model.path="$MODEL" \
   actor_rollout_ref.model.enable_gradient_checkpointing=true \
   actor_rollout_ref.actor.optim.lr=1e-6 \
-  actor_rollout_ref.actor.ppo_mini_batch_size="$PROMPTS" \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$MINI" \
   actor_rollout_ref.actor.ppo_epochs=1 \
   actor_rollout_ref.actor.use_dynamic_bsz=true \
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576 \

@@ -38,8 +38,6 @@ def test_v1_runner_binds_the_replay_trainer_and_refuses_what_it_cannot_run(monke
     assert TRAINER_REGISTRY["sync"] is not ReplayPPOTrainerSync  # verl's registry is untouched
     with pytest.raises(ValueError, match="use_v1"):
         runner.run(OmegaConf.create({"trainer": {"use_v1": False}}))
-    with pytest.raises(ValueError, match=r"trainer\.v1\.trainer_mode='separate_async'.*allowed|supports"):
-        runner.run(OmegaConf.create({"trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}))
     with pytest.raises(ValueError, match=r"trainer\.v1\.trainer_mode='bogus' is not a verl trainer; allowed"):
         runner.run(OmegaConf.create({"trainer": {"use_v1": True, "v1": {"trainer_mode": "bogus"}}}))
     assert hasattr(ReplayTaskRunnerV1, "remote")
@@ -55,7 +53,7 @@ def _main(*overrides):
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode='separate_async'"),
+        ("trainer.v1.trainer_mode=bogus", "trainer.v1.trainer_mode='bogus' is not a verl trainer; allowed"),
         ("replay.priority=bogus", "priority"),
         ("transfer_queue.backend.SimpleStorage.total_storage_size=100",
          "transfer_queue.backend.SimpleStorage.total_storage_size=100 cannot hold"),

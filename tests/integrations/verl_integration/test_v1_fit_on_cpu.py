@@ -61,8 +61,10 @@ def v1_config(tmp_path, mode, *overrides):
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.model.path=/nonexistent",
                 "algorithm.adv_estimator=grpo", "trainer.total_training_steps=6", "trainer.save_freq=3",
                 "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console]",
-                f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.resume_mode=disable", "trainer.n_gpus_per_node=2",
+                f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.resume_mode=disable",
+                "trainer.n_gpus_per_node=2",
                 "replay.warmup_steps=0", f"replay.tau_max={TAU}", f"trainer.v1.trainer_mode={mode}",
+                *(SEPARATE if mode == "separate_async" else []),
                 *overrides,
             ],
         )
@@ -76,11 +78,22 @@ def replay_cls(mode):
     return replay_trainer_cls(mode)
 
 
-MODES = ["sync", "colocate_async"]
+MODES = ["sync", "colocate_async", "separate_async"]
+# per mode: fresh rows per actor update, optimizer steps per update (K), replay rows per update once warm
+SHAPE = {"sync": (16, 2, 8), "colocate_async": (16, 2, 8), "separate_async": (8, 1, 4)}
+SEPARATE = [  # train_batch_size = parameter_sync_step * ppo_mini_batch_size; standalone rollout only
+    "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+]
 
 
 def by_step(trainer):
-    return {u["step"]: u for u in trainer.actor_rollout_wg.updates}
+    """{global step: [its actor updates]} (separate_async: parameter_sync_step updates per step)."""
+    out = {}
+    for u in trainer.actor_rollout_wg.updates:
+        out.setdefault(u["step"], []).append(u)
+    return out
 
 
 @pytest.mark.timeout(900)
@@ -89,39 +102,41 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     empty_tq()
     t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false",
                                             "trainer.max_actor_ckpt_to_keep=1"))
-    ups = by_step(t)
-    assert sorted(ups) == list(range(1, 7))
+    n_fresh, k_steps, n_warm = SHAPE[mode]
+    steps = by_step(t)
+    assert sorted(steps) == list(range(1, 7))
+    born = {(u["step"], k): u["rows"][k] for us in steps.values() for u in us for k in u["keys"]}
     seen_replay = 0
-    for step, up in ups.items():
+    for step, us in steps.items():
         m = t.step_metrics[step]
-        fresh = [k for k in up["keys"] if not is_store_key(k)]
-        replay = [(k, tag) for k, tag in zip(up["keys"], up["tags"]) if is_store_key(k)]
-        assert len(fresh) == PROMPTS * ROLLOUT_N  # the whole fresh batch is kept (no zero-variance filter here)
-        assert len(up["keys"]) % 8 == 0 and len(set(up["keys"])) == len(up["keys"])
-        assert up["mini_batch_size"] == len(up["keys"]) // 2  # K = 2 optimizer steps, as without replay
-        assert m["replay/replay_rows"] == len(replay) and m["replay/share"] == len(replay) / len(up["keys"])
-        if step >= 2:  # warm: round(0.5 * 16) = 8 replay rows, a multiple of the unit already
-            assert len(replay) == 8, (step, len(replay), m.get("buffer/size"))
-        for k, tag in replay:
-            birth = tag[STORE_TAG]["birth"]
-            assert 1 <= step - birth <= TAU
-            born = ups[tag[STORE_TAG]["step"]]["rows"][tag[STORE_TAG]["of"]]
-            for f in ("old_log_probs", "advantages", "rollout_log_probs"):
-                assert torch.equal(up["rows"][k][f], born[f]), (step, k, f)
-            seen_replay += 1
-        assert up["fields"] == ups[1]["fields"]  # replay rows carry exactly the fresh rows' fields
-        if replay:
-            ages = [step - tag[STORE_TAG]["birth"] for _, tag in replay]
-            assert m["replay/age_versions/max"] == max(ages)
-            assert "training/off_policy/trajectory_staleness/mean" in m
-            assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for tg in up["tags"])
-    assert seen_replay >= 5 * 8
+        for up in us:
+            fresh = [k for k in up["keys"] if not is_store_key(k)]
+            replay = [(k, tag) for k, tag in zip(up["keys"], up["tags"]) if is_store_key(k)]
+            assert len(fresh) == n_fresh  # the whole fresh batch is kept (no zero-variance filter here)
+            assert len(set(up["keys"])) == len(up["keys"])
+            assert up["mini_batch_size"] * k_steps == len(up["keys"])  # K optimizer steps, as without replay
+            if len(us) == 1:
+                assert m["replay/replay_rows"] == len(replay) and m["replay/share"] == len(replay) / len(up["keys"])
+            if step >= 2:  # warm: round(0.5 * fresh) replay rows, a multiple of the unit already
+                assert len(replay) == n_warm, (step, len(replay), m.get("buffer/size"))
+            for k, tag in replay:
+                st = tag[STORE_TAG]
+                assert 1 <= step - st["birth"] <= TAU and st["step"] < step
+                for f in ("old_log_probs", "advantages", "rollout_log_probs"):
+                    assert torch.equal(up["rows"][k][f], born[(st["step"], st["of"])][f]), (step, k, f)
+                seen_replay += 1
+            assert up["fields"] == steps[1][0]["fields"]  # replay rows carry exactly the fresh rows' fields
+        assert "training/off_policy/trajectory_staleness/mean" in m
+        assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for up in us for tg in up["tags"])
+        if step >= 2:
+            assert m["replay/age_versions/max"] >= 1
+    assert seen_replay >= 5 * n_warm * len(steps[6])
     # which log-probs a stored row keeps: the old_log_probs verl computed when the row was fresh, i.e. under the
     # version that consumed it (global step - 1). They equal the rollout's own log-probs exactly when that is the
     # version that generated it (birth - 1): always in sync mode; in colocate_async only for rows generated and
     # consumed before the first update (the warm-up batch is generated one version ahead of its consumption).
-    replayed = [(up["rows"][k], tag[STORE_TAG]) for up in ups.values() for k, tag in zip(up["keys"], up["tags"])
-                if is_store_key(k)]
+    replayed = [(up["rows"][k], tag[STORE_TAG]) for us in steps.values() for up in us
+                for k, tag in zip(up["keys"], up["tags"]) if is_store_key(k)]
     for r, st in replayed:
         assert torch.equal(r["old_log_probs"], r["rollout_log_probs"]) == (st["step"] == st["birth"])
     assert any(st["step"] != st["birth"] for _, st in replayed) == (mode != "sync")
@@ -147,7 +162,8 @@ def test_v1_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path, mode):
     empty_tq()
     plain = run_fit(TRAINER_REGISTRY[mode], v1_config(tmp_path / "plain", mode))
     empty_tq()
-    grpo = run_fit(replay_cls(mode), v1_config(tmp_path / "grpo", mode, "replay=grpo", "replay.filter_zero_variance=false"))
+    grpo_cfg = v1_config(tmp_path / "grpo", mode, "replay=grpo", "replay.filter_zero_variance=false")
+    grpo = run_fit(replay_cls(mode), grpo_cfg)
     for a, b in zip(plain.actor_rollout_wg.updates, grpo.actor_rollout_wg.updates, strict=True):
         assert a["mini_batch_size"] == b["mini_batch_size"] and len(a["keys"]) == len(b["keys"])
         for ka, kb in zip(a["keys"], b["keys"], strict=True):
@@ -172,17 +188,19 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
     shutil.copytree(folder, keep)
     empty_tq()
     resumed = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "trainer.resume_mode=resume_path",
-                                                  f"trainer.resume_from_path={folder}"), uid_seed=1)
+                                                  f"trainer.resume_from_path={folder}"),
+                      uid_start=full.names_used[3])
     a, b = by_step(full), by_step(resumed)
     assert sorted(b) == [4, 5, 6]
     n_replayed = 0
     for step in (4, 5, 6):
-        ra = [k for k in a[step]["keys"] if is_store_key(k)]
-        rb = [k for k in b[step]["keys"] if is_store_key(k)]
-        assert sorted(ra) == sorted(rb), step
-        n_replayed += len(ra)
-        for k in ra:
-            assert torch.equal(a[step]["rows"][k]["old_log_probs"], b[step]["rows"][k]["old_log_probs"])
+        for ua, ub in zip(a[step], b[step], strict=True):
+            ra = [k for k in ua["keys"] if is_store_key(k)]
+            rb = [k for k in ub["keys"] if is_store_key(k)]
+            assert sorted(ra) == sorted(rb), step
+            n_replayed += len(ra)
+            for k in ra:
+                assert torch.equal(ua["rows"][k]["old_log_probs"], ub["rows"][k]["old_log_probs"])
     assert n_replayed > 0
     assert torch.equal(full.model.table, resumed.model.table)
 

@@ -183,6 +183,17 @@ class FakeActorWG:
             losses.append(float(loss.detach()))
         return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": losses}})
 
+    # separate_async keeps one proximal policy per parameter_sync_step cycle by parking weights on the CPU
+    def save_model_to_cpu(self, n):
+        self.parked = getattr(self, "parked", {})
+        self.parked[n] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore_model_from_cpu(self, n):
+        self.model.load_state_dict(self.parked[n])
+
+    def clear_cpu_model(self, n):
+        self.parked.pop(n, None)
+
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         os.makedirs(local_path, exist_ok=True)
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict()}, os.path.join(local_path, "m.pt"))
@@ -209,6 +220,11 @@ def cpu_trainer_cls(base: type) -> type:
             self.actor_rollout_wg = FakeActorWG(self.config, self.model)
             self.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
             self.checkpoint_manager = FakeCheckpointManager()
+            if self.trainer_mode == "separate_async":  # hybrid_engine=false: only the standalone replicas
+                from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
+
+                self.standalone_checkpoint_manager = self.checkpoint_manager
+                self.current_mode = HybridEngineMode.TRAINER
             self.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 2)
             self.ref_in_actor, self.use_critic = False, False
             self.step_metrics: dict[int, dict] = {}
@@ -223,24 +239,34 @@ def cpu_trainer_cls(base: type) -> type:
         def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
             super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
             self.step_metrics[global_steps] = dict(metrics)
+            self.names_used = getattr(self, "names_used", {})
+            self.names_used[global_steps] = self.uid_names.n  # prompt names handed out by the end of this step
 
     return CPUTrainer
 
 
-def run_fit(cls: type, config, uid_seed: int = 0) -> object:
-    """One training run. verl names each prompt group `uuid4()` and its async sampler breaks ties between equally
-    old groups in set order, so two runs pick the same groups only with the same names: the run's uuids are
-    counted from `uid_seed` (two runs that must agree share it; a resumed run uses another, as names must not
-    collide with the restored TransferQueue's)."""
-    import uuid
+class CountingUUID:
+    """Stands in for `uuid` in verl's trainer_base: uuid4() counts up from `start`. verl names each prompt group
+    `uuid4()` and its async sampler breaks ties between equally old groups in set order, so two runs pick the same
+    groups only when their names agree; a resumed run starts where the uninterrupted run stood at the checkpoint."""
 
+    def __init__(self, start: int = 0):
+        self.n = start
+
+    def uuid4(self):
+        import uuid
+
+        self.n += 1
+        return uuid.UUID(int=self.n)
+
+
+def run_fit(cls: type, config, uid_start: int = 0) -> object:
     import verl.trainer.ppo.v1.trainer_base as base
 
-    counter = iter(range(1 << 40))
-    real = base.uuid
-    base.uuid = SimpleNamespace(uuid4=lambda: uuid.UUID(int=(uid_seed << 64) | next(counter)))
+    real, base.uuid = base.uuid, CountingUUID(uid_start)
     try:
         trainer = cpu_trainer_cls(cls)(config=config)
+        trainer.uid_names = base.uuid
         trainer.init()
         agent = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager)
         trainer.fit(agent)

@@ -33,13 +33,14 @@ import numpy as np
 from ...advantage import nonzero_variance_mask
 from .trainer import _abs, _override, replay_dict, step_folder
 from .hook import ReplayHook, split_config
-from .v1_store import KEY_PREFIX, TQReplayStore, is_store_key, read_fresh, store_key
+from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
 
 try:
     import transfer_queue as tq
     from transfer_queue import KVBatchMeta
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
     from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 except ImportError as e:  # pragma: no cover
     from ._compat import INSTALL_HINT
@@ -66,6 +67,7 @@ class ReplayV1Mixin:
         self.replay_store = make_store(config)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
+        self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
         super().__init__(config)
 
     # --- Algorithm 1 between advantages and the actor update ------------------------------------------
@@ -76,7 +78,7 @@ class ReplayV1Mixin:
             logger.warning("step %d: verl padded the batch; no replay rows this step", step)
             super()._update_actor(batch, metrics)
             if store.config.enabled:
-                self._insert(fresh, nonzero_rows(fresh), pid)
+                self._stage(fresh, nonzero_rows(fresh), pid)
             return batch
         before = store.live_ids()
         plan = store.compose(fresh, step)
@@ -90,7 +92,8 @@ class ReplayV1Mixin:
                                              len(fresh))
         used = np.sort(used)
         composed = self._composed_meta(batch, fresh, used, plan.replay_ids[:n_rep])
-        self._replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
+        replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
+        self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
         mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
         with _override(actor_cfg, "ppo_mini_batch_size", mb_rows // rollout_n):
             changed = n_rep > 0 or len(used) != len(fresh)
@@ -98,23 +101,33 @@ class ReplayV1Mixin:
                 composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
             super()._update_actor(composed, metrics)
         # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
-        n_ins = self._insert(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
-        metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step))
+        n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
+        metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step, replay_tokens))
         return batch
 
-    def _insert(self, fresh, rows: np.ndarray, pid: str) -> int:
-        """Algorithm 1 step 7, then kv_clear the rows capacity eviction dropped."""
-        store = self.replay_store
-        before = store.live_ids()
-        n = store.insert(tq, fresh, rows, pid, int(self.global_steps))
-        store.clear_evicted(tq, pid, np.union1d(before, np.arange(store.next_id - n, store.next_id)))
-        return n
+    def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
+        """Copy the rows to store keys now (fit() clears the fresh keys after the step); `step` adds them."""
+        ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
+        self._pending.append((fresh, rows, ids, pid))
+        return len(ids)
+
+    def step(self, metrics: dict, timing_raw: dict):
+        # Algorithm 1 step 7 once per global step, after every local update of it: in separate_async one version
+        # spans several `_update_actor` calls, and a row is replayed only from the next version on (age >= 1).
+        batch = super().step(metrics, timing_raw)
+        store, pending, self._pending = self.replay_store, self._pending, []
+        for fresh, rows, ids, pid in pending:
+            before = store.live_ids()
+            store.add(fresh, rows, ids)
+            store.clear_evicted(tq, pid, np.union1d(before, ids))
+        return batch
 
     def _replay_unit(self, n_rows: int, mb: int, rollout_n: int) -> tuple[int, int]:
         """(unit, K): the composed batch must be a multiple of `unit` rows; K optimizer steps per epoch."""
         actor_cfg = self.config.actor_rollout_ref.actor
         dp = self._dp_size()
-        micro = 1 if actor_cfg.get("use_dynamic_bsz", False) else int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or 1)
+        static = not actor_cfg.get("use_dynamic_bsz", False)
+        micro = int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or 1) if static else 1
         if n_rows % mb:
             raise ValueError(f"fresh batch of {n_rows} rows is not a multiple of the PPO mini-batch ({mb} rows)")
         k = n_rows // mb
@@ -145,17 +158,18 @@ class ReplayV1Mixin:
                 raise RuntimeError(f"stored replay rows {missing[:3]} are missing from TransferQueue")
             keys, tags = keys + rkeys, tags + [listed[k] for k in rkeys]
         return KVBatchMeta(
-            partition_id=batch.partition_id, keys=keys, tags=tags, fields=batch.fields, extra_info=dict(batch.extra_info)
+            partition_id=batch.partition_id, keys=keys, tags=tags, fields=batch.fields,
+            extra_info=dict(batch.extra_info),
         )
 
-    def _replay_log(self, plan, used, n_rep, total, mb_rows, n_ins, step) -> dict[str, float]:
+    def _replay_log(self, plan, used, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict[str, float]:
         out = {
             "replay/fresh_rows": float(len(used)),
             "replay/zero_variance_rows": float((~plan.nonzero).sum()),
             "replay/replay_rows": float(n_rep),
             "replay/share": n_rep / total if total else 0.0,
             "replay/mini_batch_rows": float(mb_rows),
-            "replay/replay_tokens": float(self._replay_tokens),
+            "replay/replay_tokens": float(replay_tokens),
             "replay/inserted": float(n_ins),
         }
         if n_rep:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
@@ -209,7 +223,8 @@ def check_storage(config: Any) -> None:
     stored = (cfg.tau_max + 1) * per_step if cfg.capacity is None else min(cfg.capacity, (cfg.tau_max + 1) * per_step)
     mode = config.trainer.v1.trainer_mode
     warmup = float(config.trainer.v1.get(mode, {}).get("num_warmup_batches", 0) or 0)
-    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (int(config.actor_rollout_ref.rollout.n) + 1)
+    n = int(config.actor_rollout_ref.rollout.n)
+    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (n + 1)  # rollouts + prompt entries
     if stored + in_flight > int(limit):
         raise ValueError(
             f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
@@ -240,7 +255,9 @@ def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str =
     listed, live = _listed(partition_id), {store_key(i) for i in store.live_ids()}
     lost = sorted(live - set(listed))
     if lost:
-        raise FileNotFoundError(f"resuming from {folder}: stored rows {lost[:3]} ({len(lost)}) are not in TransferQueue")
+        raise FileNotFoundError(
+            f"resuming from {folder}: stored rows {lost[:3]} ({len(lost)}) are not in TransferQueue"
+        )
     _clear_keys(partition_id, lambda k: is_store_key(k) and k not in live)
     logger.info("replay buffer (%d rollouts) loaded from %s", len(store.buffer), path)
     return True
@@ -287,7 +304,16 @@ class ReplayPPOTrainerColocateAsync(ReplayV1Mixin, PPOTrainerColocateAsync):
     """verl's v1 `PPOTrainerColocateAsync` with replay (not registered)."""
 
 
-REPLAY_CLASSES = {"sync": ReplayPPOTrainerSync, "colocate_async": ReplayPPOTrainerColocateAsync}
+class ReplayPPOTrainerSeparateAsync(ReplayV1Mixin, PPOTrainerSeparateAsync):
+    """verl's v1 `PPOTrainerSeparateAsync` with replay (not registered): each of the `parameter_sync_step` local
+    updates of a global step composes its own mini-batch; rows enter the buffer at the end of the global step."""
+
+
+REPLAY_CLASSES = {
+    "sync": ReplayPPOTrainerSync,
+    "colocate_async": ReplayPPOTrainerColocateAsync,
+    "separate_async": ReplayPPOTrainerSeparateAsync,
+}
 
 
 def replay_trainer_cls(mode: str) -> type:
@@ -296,7 +322,7 @@ def replay_trainer_cls(mode: str) -> type:
         raise ValueError(f"trainer.v1.trainer_mode={mode!r} is not a verl trainer; allowed: {sorted(TRAINER_REGISTRY)}")
     if mode not in REPLAY_CLASSES:
         raise ValueError(
-            f"trainer.v1.trainer_mode={mode!r}: grpo-replay supports {sorted(REPLAY_CLASSES)} on verl's v1 trainer "
-            "(separate_async is not supported yet); use one of those or trainer.use_v1=false"
+            f"trainer.v1.trainer_mode={mode!r}: grpo-replay supports {sorted(REPLAY_CLASSES)} on verl's v1 trainer; "
+            "use one of those or trainer.use_v1=false"
         )
     return REPLAY_CLASSES[mode]

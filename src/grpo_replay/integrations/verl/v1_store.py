@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -161,21 +160,28 @@ class TQReplayStore:
             nonzero=nonzero,
         )
 
-    def insert(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> int:
-        """Algorithm 1 step 7: copy fresh rows `rows` to store keys (all fields, same tags) and add them."""
-        if not len(rows):
-            return 0
+    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> np.ndarray:
+        """Copy fresh rows `rows` to new store keys (all fields, their tags plus STORE_TAG); returns their ids.
+        They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
         rows = np.asarray(rows, dtype=np.int64)
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
+        if not len(rows):
+            return ids
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         tags = [
-            {**fresh.tags[i], STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
+            {**fresh.tags[i],
+             STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]
         tq.kv_batch_put(keys=[store_key(j) for j in ids], partition_id=partition_id, fields=data, tags=tags)
         self.next_id += len(rows)
-        # one add per birth step (ascending): the buffer stamps every row of an add with one birth step
+        return ids
+
+    def add(self, fresh: FreshRows, rows: np.ndarray, ids: np.ndarray) -> int:
+        """Algorithm 1 step 7 for copied rows: one buffer add per birth step, ascending (the buffer stamps every
+        row of an add with one birth step)."""
+        rows = np.asarray(rows, dtype=np.int64)
         for b in np.unique(fresh.birth[rows]):
             sel = np.flatnonzero(fresh.birth[rows] == b)
             part = placeholder_batch(ids[sel], fresh, rows[sel])
