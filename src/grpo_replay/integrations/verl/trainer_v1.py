@@ -1,6 +1,6 @@
-"""Replay on verl 0.9.1's v1 trainer (`trainer.use_v1=true`, verl's default), sync mode.
+"""Replay on verl 0.9.1's v1 trainer (`trainer.use_v1=true`, verl's default), in its three trainer modes.
 
-`ReplayV1Mixin` overrides four methods of verl's `PPOTrainer`, nothing copied from verl:
+`ReplayV1Mixin` overrides five methods of verl's `PPOTrainer`, nothing copied from verl:
 - `_update_actor(batch, metrics)`: v1's `_step_once` calls it after `_balance_batch`, `_compute_old_log_prob`,
   (`_compute_ref_log_prob`) and `_compute_advantage`, so every fresh row in TransferQueue holds its final
   `old_log_probs`, `advantages` (and `rollout_is_weights`, `ref_log_prob` where configured). Replay rows are
@@ -9,6 +9,8 @@
   count is unchanged, and the composed batch is a multiple of every size verl divides it by, so verl's padding
   path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. The fresh rows
   are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
+- `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
+  `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
 - `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and, in sync mode, where verl saves no
   TransferQueue state, the stored rows (TransferQueue's own checkpoint of the store keys) are written to
