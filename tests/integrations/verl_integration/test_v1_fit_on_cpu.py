@@ -209,3 +209,12 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
     with pytest.raises(FileNotFoundError, match=r"replay_buffer\.npz.*allow_empty_resume"):
         run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "trainer.resume_mode=resume_path",
                                         f"trainer.resume_from_path={keep}"))
+    empty_tq()
+    empty = run_fit(replay_cls(mode), v1_config(tmp_path / "empty", mode, *RATIO, "trainer.resume_mode=resume_path",
+                                                f"trainer.resume_from_path={keep}", "replay.allow_empty_resume=true"),
+                    uid_start=full.names_used[3])
+    first = by_step(empty)[4]
+    assert not any(is_store_key(k) for u in first for k in u["keys"])  # the buffer starts empty ...
+    # ... and the stored rows restored with verl's TransferQueue checkpoint (async modes) were cleared, not leaked
+    live = {f"grpo-replay-{i}" for i in empty.replay_store.live_ids()}
+    assert {k for k in tq.kv_list("train")["train"] if is_store_key(k)} == live
