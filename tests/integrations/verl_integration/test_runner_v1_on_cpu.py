@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import sys
 
 import pytest
@@ -45,8 +46,10 @@ def test_v1_runner_binds_the_replay_trainer_and_refuses_what_it_cannot_run(monke
 
 def _main(*overrides):
     env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run([sys.executable, "-m", "grpo_replay.integrations.verl.main", *overrides],
-                          capture_output=True, text=True, env=env, timeout=300)
+    # A temporary working directory: Hydra writes its outputs/ folder there, not into the checkout.
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-m", "grpo_replay.integrations.verl.main", *overrides],
+                              capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
 
 
 @pytest.mark.timeout(600)
