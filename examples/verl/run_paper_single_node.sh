@@ -11,7 +11,7 @@
 #
 # Environment: a GPU machine with verl's GPU extras, e.g.
 #   python -m venv .venv-verl-gpu && .venv-verl-gpu/bin/pip install "verl[vllm,fsdp]==0.9.1"
-#   .venv-verl-gpu/bin/pip install --no-deps -e .
+#   .venv-verl-gpu/bin/pip install -e .
 # Data: verl's examples/data_preprocess/math_dataset.py (verl repository) writes $DATA/{train,test}.parquet.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-4B-Base}
