@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..configio import int_arg
+from ..configio import int_arg, once
 from ..data import BENCHMARKS
 from .generation import BACKENDS, INSTRUCTION, SamplingParams
 from .grading import DEFAULT_TIMEOUT
@@ -35,35 +35,36 @@ def _name_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file")
-    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory")
+    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file", action=once())
+    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory", action=once())
     parser.add_argument(
         "--benchmarks",
+        action=once(),
         type=_name_list,
         default=list(BENCHMARKS),
         help=f"comma-separated benchmark names (known: {','.join(BENCHMARKS)}), JSONL paths or HF dataset ids",
     )
-    parser.add_argument("--n", type=int_arg, default=16, help="samples per problem (default 16)")
-    parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)")
-    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory")
-    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change")
-    parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark")
-    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data)")
-    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
-    parser.add_argument("--temperature", type=float, default=SamplingParams.temperature)
-    parser.add_argument("--top-p", type=float, default=SamplingParams.top_p)
-    parser.add_argument("--max-new-tokens", type=int_arg, default=SamplingParams.max_new_tokens)
-    parser.add_argument("--seed", type=int_arg, default=0)
-    parser.add_argument("--batch-size", type=int_arg, default=8, help="problems per generation call")
+    parser.add_argument("--n", type=int_arg, default=16, help="samples per problem (default 16)", action=once())
+    parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)", action=once())
+    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory", action=once())
+    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change", action=once())
+    parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark", action=once())
+    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA or ../shared/data)", action=once())
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers", action=once())
+    parser.add_argument("--temperature", type=float, default=SamplingParams.temperature, action=once())
+    parser.add_argument("--top-p", type=float, default=SamplingParams.top_p, action=once())
+    parser.add_argument("--max-new-tokens", type=int_arg, default=SamplingParams.max_new_tokens, action=once())
+    parser.add_argument("--seed", type=int_arg, default=0, action=once())
+    parser.add_argument("--batch-size", type=int_arg, default=8, help="problems per generation call", action=once())
     parser.add_argument("--no-chat-template", action="store_true", help="feed the plain prompt, no chat template")
     parser.add_argument(
-        "--instruction", default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
+        "--instruction", action=once(), default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
     )
-    parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]")
-    parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16")
-    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)")
-    parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer")
-    parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"))
+    parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]", action=once())
+    parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16", action=once())
+    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)", action=once())
+    parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer", action=once())
+    parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"), action=once())
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the generation cache")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

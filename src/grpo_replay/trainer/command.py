@@ -30,11 +30,11 @@ FLAG_NAMES = {"out_dir": "--out", "testbed_preset": "--testbed"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from .config import FIELDS
 
-    p.add_argument("--config", help="YAML file of config keys (nested or dotted); flags override it")
+    p.add_argument("--config", action=configio.once(), help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
         flag = FLAG_NAMES.get(name, f"--{name.replace('_', '-')}")
         aliases = ["--report_to"] if name == "report_to" else []  # TRL's spelling too
-        p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], **kw)
+        p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], action=configio.once(), **kw)
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     p.add_argument(
         "--set",
@@ -57,7 +57,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 
 def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
-    from .config import resolve
+    from .config import check_machine, resolve
 
     try:
         cfg = resolve(overrides_from_args(args), args.config)
@@ -66,6 +66,7 @@ def config_from_args(args: argparse.Namespace):
     except (ValueError, TypeError, RecursionError) as e:
         # e.g. a YAML value the YAML parser itself rejects (`seed: 2001-13-45`) or nests too deeply
         raise configio.ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
+    check_machine(cfg)
     try:
         cfg.run_dir
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:

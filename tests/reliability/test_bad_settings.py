@@ -1,0 +1,97 @@
+"""Settings that used to end in a traceback (exit 1, which means "rerun to resume") are refused with exit 2 before
+any compute, naming the field; a flag or key given twice is refused; numbers read the same from a flag, --set and
+a config file."""
+import importlib.util
+
+import pytest
+import torch
+
+from grpo_replay import configio
+from grpo_replay.cli import main
+
+TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
+
+
+def _refused(argv, out, capsys, *needles):
+    with pytest.raises(SystemExit) as e:  # argparse refuses some; the command refuses the rest
+        raise SystemExit(main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for n in needles:
+        assert n in err, err
+    assert "Traceback" not in err
+    assert not out.exists()  # nothing computed or written
+    return err
+
+
+@pytest.mark.parametrize("extra, shown", [
+    (["--seed", "-1"], "TrainConfig.seed=-1 is invalid; allowed: an integer in 0..2147483647"),
+    (["--seed", "-1", "--backend", "trl"], "TrainConfig.seed=-1 is invalid"),
+    (["--seed", "4294967296"], "TrainConfig.seed=4294967296 is invalid"),
+    (["--set", "testbed.difficulty_weights=[0,0,0,0]"], "TestbedConfig.difficulty_weights=(0.0, 0.0, 0.0, 0.0) is invalid"),
+    (["--set", "testbed.working_prob=[]"], "TestbedConfig.working_prob=() is invalid; allowed: a non-empty list"),
+    (["--set", "testbed.heldout_mod=0"], "TestbedConfig.heldout_mod=0 is invalid; allowed: an integer >= 1"),
+    (["--set", "testbed.num_heads=3"], "TestbedConfig.num_heads=3 is invalid; allowed: a divisor of hidden_size=128"),
+    (["--set", "testbed.max_new_tokens=0"], "TestbedConfig.max_new_tokens=0 is invalid; allowed: an integer >= 1"),
+])
+def test_settings_that_crashed_mid_run_are_refused_naming_the_field(extra, shown, tmp_path, capsys):
+    out = tmp_path / "run"
+    _refused(["train", *TINY, *extra, "--out", str(out)], out, capsys, "config error: " + shown)
+
+
+def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _refused(["train", *TINY, "--device", "cuda", "--out", str(out)], out, capsys,
+             "TrainConfig.device='cuda' but no CUDA device is available here; allowed here: auto, cpu")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+             "TrainConfig.generator='vllm' needs vLLM, which is not installed")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+             "TrainConfig.generator='vllm' needs a CUDA device")
+
+
+# --- given twice -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, shown", [
+    (["--steps", "3", "--steps", "5"], "--steps is given twice (--steps 3 and --steps 5)"),
+    (["--seed", "1", "--seed", "2"], "--seed is given twice (--seed 1 and --seed 2)"),
+    (["--out", "a", "--out", "b"], "--out is given twice (--out a and --out b)"),
+    (["--preset", "grpo", "--preset", "paper"], "--preset is given twice (--preset grpo and --preset paper)"),
+    (["--report-to", "none", "--report_to", "tensorboard"], "--report_to is given twice (--report-to none and --report_to tensorboard)"),
+])
+def test_a_train_flag_given_twice_is_refused(argv, shown, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(["train", *argv], tmp_path / "runs", capsys, shown + "; give it once")
+
+
+def test_an_eval_flag_given_twice_is_refused(tmp_path, capsys):
+    _refused(["eval", "--model", "m", "--n", "2", "--n", "4", "--out", str(tmp_path / "e")], tmp_path / "e", capsys,
+             "--n is given twice (--n 2 and --n 4); give it once")
+
+
+def test_an_integer_with_leading_zeros_reads_the_same_from_a_flag_set_and_a_file(tmp_path):
+    from grpo_replay.trainer.config import resolve
+
+    assert configio.int_arg("010") == 10
+    assert resolve({"steps": configio.parse_value("010")}).steps == 10  # YAML 1.1 alone reads octal 8
+    f = tmp_path / "c.yaml"
+    f.write_text("steps: 010\nreplay:\n  tau_max: 0_7\n")
+    cfg = resolve(yaml_path=str(f))
+    assert (cfg.steps, cfg.replay.tau_max) == (10, 7)
+    # the other YAML 1.1 integer forms a flag refuses are refused for an int key too (they stay text)
+    for text in ("0x10", "0b11", "1:30"):
+        with pytest.raises(configio.ConfigError, match="has the wrong type; expected int"):
+            resolve({"steps": configio.parse_value(text)})
+
+
+def test_a_config_file_with_a_key_twice_or_dotted_and_nested_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    f = tmp_path / "c.yaml"
+    f.write_text("steps: 3\nsteps: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'steps' is given twice (line 2)")
+    f.write_text("replay.tau_max: 3\nreplay:\n  tau_max: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "replay.tau_max is given twice in config file")
+    f.write_text("replay:\n  tau_max: 3\n  tau_max: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'tau_max' is given twice (line 3)")
