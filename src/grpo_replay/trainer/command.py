@@ -55,12 +55,25 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return out
 
 
+def _with_run_dir_of_config(overrides: dict, config: str | None) -> dict:
+    """`--config RUN/config.yaml` without --out resumes RUN, the directory the file lives in: the out_dir inside it
+    may be relative to where the run was started, or the run may have moved since."""
+    from pathlib import Path
+
+    from .rundir import holds_run
+
+    if not config or "out_dir" in overrides or not holds_run(Path(config).parent):
+        return overrides
+    run_dir = str(Path(config).parent).replace("{", "{{").replace("}", "}}")  # out_dir is a format template
+    return {**overrides, "out_dir": run_dir}
+
+
 def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
     from .config import check_machine, resolve
 
     try:
-        cfg = resolve(overrides_from_args(args), args.config)
+        cfg = resolve(_with_run_dir_of_config(overrides_from_args(args), args.config), args.config)
     except configio.ConfigError:
         raise
     except (ValueError, TypeError, RecursionError) as e:
@@ -89,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
     from ..data import DataError
+    from .checkpoint import NoUsableCheckpoint
     from .stopping import CheckpointError, TrainingStopped
     from .rundir import RunDirError
     from .setup import ModelLoadError
@@ -102,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             from .loop import train
 
             summary = train(cfg)
-    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError) as e:
+    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError, NoUsableCheckpoint) as e:
         # Bad input found while setting up (model path, data file): a message, not a traceback.
         print(f"grpo-replay train: error: {e}", file=sys.stderr)
         return 2

@@ -176,9 +176,10 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
 def resume(run: Run) -> None:
     """Load the latest checkpoint if any, trim the logs to it, open the trackers, evaluate the start once."""
     run.state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
-    ckpt = checkpoint.latest(run.run_dir)
+    ckpt, state = checkpoint.load_latest(run.run_dir, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng,
+                                         drift=run.drift)
     if ckpt is not None:
-        run.state = checkpoint.load(ckpt, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng, drift=run.drift)
+        run.state = state
         run.start = run.state.pop("step")
         print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
         run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
@@ -266,7 +267,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
                         optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng,
-                        drift=run.drift)
+                        drift=run.drift, config_yaml=cfg.to_yaml())
     if interrupted and not stop:
         run.tracker.close()
         raise TrainingInterrupted(
@@ -307,12 +308,12 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
 
 def save_checkpoint(
     run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng,
-    drift: DriftProbe | None = None,
+    drift: DriftProbe | None = None, config_yaml: str | None = None,
 ) -> None:
     """`checkpoint.save`, with an OSError (e.g. disk full) turned into a CheckpointError that says what to do."""
     try:
         checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep,
-                        drift=drift)
+                        drift=drift, config_yaml=config_yaml)
     except OSError as e:
         prev = checkpoint.latest(run_dir)
         intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
@@ -332,7 +333,11 @@ def finish(run: Run) -> dict[str, Any]:
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from .plots import plot_run
 
-    plot_run(run.run_dir)
+    try:
+        plot_run(run.run_dir)
+    except OSError as e:  # e.g. a full disk: the run itself is complete, a rerun only redraws the plots
+        raise TrainingStopped(f"writing the plots into {run.run_dir} failed: {e.strerror or e}; the run is complete "
+                              f"(summary.json). Free disk space, then rerun the same command to write them.") from e
     return summary
 
 

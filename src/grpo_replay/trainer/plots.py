@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import matplotlib
@@ -90,6 +91,20 @@ def _drift(run_dir: Path, metrics: list[dict]) -> Path:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
+
+
+def save_figure(fig, path: Path, dpi: int) -> None:
+    """fig.savefig into a temporary file renamed over `path`: a full disk mid-write leaves the old plot (or none),
+    never a truncated PNG."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
