@@ -7,14 +7,17 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 from ..configio import int_arg, once
 from ..data import BENCHMARKS
-from .generation import BACKENDS, INSTRUCTION, SamplingParams
+from .generation import BACKENDS, DTYPES, INSTRUCTION, SamplingParams
 from .grading import DEFAULT_TIMEOUT
+
+LOCK = ".grpo-replay-eval.lock"  # held in --out while an evaluation runs
 
 
 def _int_list(text: str) -> list[int]:
@@ -61,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--instruction", action=once(), default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
     )
     parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]", action=once())
-    parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16", action=once())
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="transformers backend: auto|float32|bfloat16|float16", action=once())
     parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)", action=once())
     parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer", action=once())
     parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"), action=once())
@@ -70,17 +73,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..trainer.rundir import RunDirError
+
     try:
         return _run(args)
-    except (ValueError, FileNotFoundError, ImportError) as exc:
+    except (ValueError, FileNotFoundError, ImportError, RunDirError) as exc:
         print(f"grpo-replay eval: error: {exc}", file=sys.stderr)
         return 2
 
 
+def _check_out(out: Path) -> None:
+    """--out must be a directory or a new path (checked before any generation, so nothing is computed for naught)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory; give a directory for the results")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"--out {out} lies under {parent}, which is a file")
+            break
+
+
 def _run(args: argparse.Namespace) -> int:
     # Validate everything cheap before loading a model.
-    from .report import load_results, markdown_table, write_report
-    from .runner import EvalSettings, load_benchmark, run_evaluation
+    from .generation import check_device
+    from .report import load_results
+    from .runner import EvalSettings, load_benchmark
 
     sampling = SamplingParams(
         n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
@@ -104,8 +121,29 @@ def _run(args: argparse.Namespace) -> int:
     baseline = load_results(args.baseline) if args.baseline else None
     for name in settings.benchmarks:  # a missing or empty benchmark fails before the model loads
         load_benchmark(name, settings.data_dir, settings.limit)
+    if args.backend == "transformers":
+        check_device(args.device)
+    _check_out(Path(args.out))
+    from ..trainer.rundir import exclusive
 
+    out = Path(args.out)
+    created = not out.exists()
+    try:
+        # One evaluation at a time per --out: two would append to one cache file and overwrite each other's results.
+        with exclusive(out, LOCK, "grpo-replay eval"):
+            return _evaluate(args, settings, baseline)
+    except BaseException:
+        if created:  # a failed first evaluation (e.g. the model does not load) leaves no empty --out behind
+            (out / LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def _evaluate(args: argparse.Namespace, settings, baseline) -> int:
     from .generation import TransformersGenerator, VLLMGenerator, load_model
+    from .report import markdown_table, write_report
+    from .runner import run_evaluation
 
     if args.backend == "vllm":
         from transformers import AutoTokenizer

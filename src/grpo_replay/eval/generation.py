@@ -30,6 +30,11 @@ class SamplingParams:
             raise ValueError(f"n (samples per problem) must be >= 1, got {self.n}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):  # nan < 0 is False: test what is allowed
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.temperature == 0 and self.n > 1:
+            # Greedy decoding has one answer per prompt: n copies of it would inflate pass@k's sample count and
+            # transformers refuses num_return_sequences > 1 without sampling.
+            raise ValueError(f"n={self.n} with temperature=0 (greedy decoding, one completion per problem); allowed: "
+                             f"n=1 with temperature 0, or a temperature > 0 to sample n completions")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
@@ -210,6 +215,35 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
         raise ValueError(
             f"--model {model}: not a causal LM (config type {type(config).__name__}); {exc}"
         ) from exc
-    tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as exc:  # no weights file (OSError), a truncated one (safetensors' own error), ...
+        raise ValueError(f"--model {model}: has a config but its weights cannot be loaded: {_first_line(exc)}") from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as exc:
+        raise ValueError(f"--model {model}: has no loadable tokenizer: {_first_line(exc)}") from exc
     lm.to(device).eval()
     return lm, tokenizer
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_device(device: str) -> None:
+    """Refuse a --device this machine cannot use, before the model loads: auto | cpu | cuda | cuda:INDEX."""
+    import torch
+
+    if device in ("auto", "cpu"):
+        return
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ValueError(f"--device {device!r} is invalid; allowed: auto, cpu, cuda, cuda:INDEX")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: no CUDA device is available here; allowed here: auto, cpu")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                         f"allowed: cuda:0..cuda:{torch.cuda.device_count() - 1}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

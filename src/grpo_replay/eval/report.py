@@ -68,6 +68,8 @@ def plot_pass_at_k(results: dict, path: Path) -> None:
     matplotlib.use("Agg")  # headless: no display on servers / in tests
     import matplotlib.pyplot as plt
 
+    from ..trainer.plots import save_figure
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, row in _rows(results):
         ks = sorted(int(k) for k in row["pass@k"])
@@ -81,7 +83,7 @@ def plot_pass_at_k(results: dict, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -91,6 +93,8 @@ def plot_length_split(results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ..trainer.plots import save_figure
 
     names = [name.strip("*") for name, _ in _rows(results)]
     rows = [row for _, row in _rows(results)]
@@ -105,7 +109,7 @@ def plot_length_split(results: dict, path: Path) -> None:
     ax.set_title("completion length by correctness")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
