@@ -95,3 +95,53 @@ def test_a_config_file_with_a_key_twice_or_dotted_and_nested_is_refused(tmp_path
     _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "replay.tau_max is given twice in config file")
     f.write_text("replay:\n  tau_max: 3\n  tau_max: 5\n")
     _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'tau_max' is given twice (line 3)")
+
+
+# --- memory that cannot fit -------------------------------------------------------------------------------------
+@pytest.fixture
+def no_generation(monkeypatch):
+    """Fail at once if a step starts generating: the refused settings must never run (their memory would not fit)."""
+    from grpo_replay.trainer.generation import TransformersGenerator
+
+    monkeypatch.setattr(TransformersGenerator, "__call__", lambda *a, **k: pytest.fail("a step started generating"))
+
+
+def test_a_step_too_large_for_memory_is_refused_with_the_estimate(train_args, tmp_path, monkeypatch, capsys, no_generation):
+    from grpo_replay.trainer import memory
+
+    out = tmp_path / "run"
+    assert main(train_args(out, group_size=10**9)) == 2  # exabytes: too large on any machine
+    err = capsys.readouterr().err
+    assert "TrainConfig.prompts_per_step=8 x group_size=1000000000 = 8000000000 rows per step needs at least" in err
+    assert "allowed: fewer rows per step (prompts_per_step x group_size)" in err and "Traceback" not in err
+    assert not list(out.glob("ckpt-*")) and not (out / "metrics.jsonl").exists()
+    # the issue's setting, on a machine with 1 GiB available
+    monkeypatch.setattr(memory, "_available_bytes", lambda device: 2**30)
+    assert main(train_args(out, group_size=100_000)) == 2
+    assert "), but cpu has 1.0 GiB available" in capsys.readouterr().err
+
+
+def test_step_memory_estimate_counts_kv_cache_and_update_logits():
+    from types import SimpleNamespace
+
+    from grpo_replay.trainer.memory import step_bytes
+
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    got = step_bytes(cfg, rows=10, update_rows=5, completion=8, elem=2)  # bf16: KV cache in 2 bytes, logits + fp32 copy
+    assert got == {"generation": 10 * 2 * 2 * 8 * 32 * 2, "update": 5 * 8 * (100 * (2 + 4) + 2 * 64 * 2)}
+
+
+def test_a_data_file_too_small_to_hold_eval_problems_out_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from grpo_replay.trainer import setup
+
+    monkeypatch.setattr(setup, "load_causal_lm", lambda *a, **k: pytest.fail("the model loaded"))
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    out = tmp_path / "run"
+    argv = ["train", "--reward", "math", "--model", str(tmp_path), "--data", str(data), "--out", str(out),
+            "--no-progress", "--device", "cpu", "--set", "eval_problems=8"]
+    _refused(argv, out, capsys, f"TrainConfig.eval_problems=8 is invalid with TrainConfig.data='{data}', which has 1 row(s)",
+             "allowed: a data file of at least 2 rows, or TrainConfig.heldout_data")
+    data.write_text("".join(
+        '{"problem": "%d+1?", "answer": "%d"}\n' % (i, i + 1) for i in range(5)))
+    _refused(argv, out, capsys, "which has 5 row(s)", "allowed: eval_problems <= 4")

@@ -105,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
     from .checkpoint import NoUsableCheckpoint
     from .stopping import CheckpointError, TrainingStopped
     from .rundir import RunDirError
-    from .setup import ModelLoadError
+    from .setup import ModelLoadError, check_data_rows
 
     try:
+        if cfg.reward == "math":
+            check_data_rows(cfg)  # before the run directory is claimed or the model loads
         if cfg.backend == "trl":
             from .trl_backend import train_with_trl
 

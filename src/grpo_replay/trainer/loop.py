@@ -56,6 +56,7 @@ from .config import TrainConfig
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .evaluation import evaluate
 from .generation import TransformersGenerator, VLLMGenerator, token_logps
+from .memory import check_step_memory
 from .rewards import RewardScorer
 from .setup import build_policy
 from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
@@ -136,7 +137,9 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)
-    model, tokenizer, task, setup_info = build_policy(cfg, _device(cfg.device))
+    device = _device(cfg.device)
+    model, tokenizer, task, setup_info = build_policy(cfg, device)
+    check_step_memory(cfg, model, cfg.completion_budget(), device)  # before the first large allocation
     # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
     # loads (build_policy is deterministic, so a resumed run gets the same reference).
     ref_model = _frozen_copy(model) if cfg.loss.beta > 0 else None
