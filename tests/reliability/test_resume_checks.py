@@ -167,3 +167,21 @@ def test_a_full_disk_while_plots_are_written_leaves_no_truncated_png(reference_r
         plot_run(run)
     assert (run / "accuracy.png").read_bytes() == before  # the old plot, whole
     assert not list(run.glob("*.tmp"))
+
+
+def test_a_full_disk_while_the_final_plots_are_written_stops_with_a_message(reference_run, train_args, tmp_path, monkeypatch,
+                                                                           capsys):
+    from grpo_replay.trainer import plots
+
+    run = _copy(reference_run, tmp_path / "run")
+
+    def full_disk(run_dir):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(plots, "plot_run", full_disk)
+    assert main(train_args(run)) == 1  # exit 1: rerun (with space) to write them
+    err = capsys.readouterr().err
+    assert f"stopped: writing the plots into {run} failed: No space left on device; the run is complete" in err
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    assert main(train_args(run)) == 0 and (run / "accuracy.png").stat().st_size > 0
