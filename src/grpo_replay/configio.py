@@ -190,12 +190,12 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def once(parser_action: type | None = None) -> type:
-    """An argparse action that refuses its flag given a second time (`--steps 3 --steps 5`) instead of letting the
-    last one win silently, as a key given twice by `--set` is refused."""
+def once() -> type:
+    """An argparse store action that refuses its flag given a second time (`--steps 3 --steps 5`) instead of
+    letting the last one win silently, as a key given twice by `--set` is refused."""
     import argparse
 
-    class Once(parser_action or argparse._StoreAction):  # type: ignore[misc, valid-type]
+    class Once(argparse._StoreAction):
         def __call__(self, parser, namespace, values, option_string=None):
             seen = namespace.__dict__.setdefault("_flags_given", {})
             if self.dest in seen:
