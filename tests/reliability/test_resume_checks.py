@@ -185,3 +185,46 @@ def test_a_full_disk_while_the_final_plots_are_written_stops_with_a_message(refe
     assert "Traceback" not in err
     monkeypatch.undo()
     assert main(train_args(run)) == 0 and (run / "accuracy.png").stat().st_size > 0
+
+
+_FSIZE_SCRIPT = r"""
+import resource, signal, sys
+sys.path.insert(0, sys.argv[2])
+from pathlib import Path
+from test_checkpoint import _parts, _train_a_bit
+from grpo_replay.trainer.loop import save_checkpoint
+from grpo_replay.trainer.stopping import CheckpointError
+
+model, opt, sched, buf, rng = _parts()
+_train_a_bit(model, opt, sched, buf, 0)  # the optimizer's state (two moments) makes optim.pt twice the weights
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
+try:
+    save_checkpoint(Path(sys.argv[1]), 1, {"initial_eval": None}, 2, model=model, tokenizer=None, optimizer=opt,
+                    scheduler=sched, buffer=buf, prompt_rng=rng)
+except CheckpointError as e:
+    print("CheckpointError", type(e.__cause__).__name__, getattr(e.__cause__, "errno", None), e)
+"""
+
+
+def test_torch_writer_failing_mid_file_is_an_os_error_the_trainer_explains(tmp_path):
+    """Without mount rights: a file-size limit makes optim.pt's write fail part-way, as a full disk does; torch's own
+    writer reported that as a RuntimeError ("unexpected pos"), which no handler explained."""
+    import errno as errnos
+    import sys
+
+    from test_checkpoint import _parts, _train_a_bit
+
+    from grpo_replay.trainer import checkpoint as ck
+
+    parts = _parts()
+    _train_a_bit(*parts[:4], 0)
+    probe = ck.save(tmp_path / "probe", 1, parts[0], None, *parts[1:], {"initial_eval": None})
+    limit = (probe / "model" / "model.safetensors").stat().st_size + 64  # the weights fit, optim.pt does not
+    assert (probe / "optim.pt").stat().st_size > limit
+    tests = str(Path(__file__).resolve().parent)
+    r = subprocess.run([sys.executable, "-c", _FSIZE_SCRIPT, str(tmp_path / "run"), tests, str(limit)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [str(Path(tests).parents[1] / "src"), str(Path(tests).parent), os.environ.get("PYTHONPATH", "")])})
+    assert f"CheckpointError OSError {errnos.EFBIG} checkpoint at step 1 failed: File too large" in r.stdout, r.stdout + r.stderr
+    assert not list((tmp_path / "run").glob("ckpt-*"))
