@@ -154,8 +154,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch):
         out = super().training_step(model, inputs, num_items_in_batch)
-        # TRL counts micro-steps in self._step; a multiple of the accumulation steps ends an optimizer step.
-        if self.replay_config.enabled and self._step % self.current_gradient_accumulation_steps == 0:
+        # transformers sets sync_gradients on the last micro-step of every accumulation window, the short last
+        # window of an epoch included; a count of micro-steps (TRL's _step) falls out of phase after one.
+        if self.replay_config.enabled and self.accelerator.sync_gradients:
             self._replay_flush(log=True)
         return out
 
