@@ -289,8 +289,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
     ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
         """This process's rows as a RolloutBatch (behaviour log-probs zero when TRL computed none), which rows are
-        in a non-zero-variance group and scorable (decided on the weighted reward sum gathered over all
-        processes), and which have at least one loss token."""
+        in a non-zero-variance group and scorable (decided on TRL's advantages gathered over all processes), and
+        which have at least one loss token."""
         n = int(out["advantages"].shape[0])
         G = int(self.num_generations)
         rpf = rewards_per_func.float().cpu()
@@ -301,9 +301,14 @@ class ReplayGRPOTrainer(GRPOTrainer):
         grouped = rewards.view(-1, G)
         group_mean = torch.nanmean(grouped, dim=1).nan_to_num(0.0)
         group_std = nanstd(grouped, dim=1).nan_to_num(0.0)
-        # Unscorable rows take their group's mean so they neither create nor hide variance.
         filled = torch.where(unscorable, group_mean[groups], rewards)
-        ok = nonzero_variance_mask(filled, groups) & ~unscorable
+        # Zero variance is decided on what TRL trains on: with normalize_then_sum a group whose weighted reward sum
+        # is constant can still have advantages that vary (and one whose sum varies can have none).
+        adv = self.accelerator.gather(out["advantages"].detach().float()).cpu()
+        adv = torch.where(unscorable, torch.nan, adv)
+        # Unscorable rows take their group's mean advantage so they neither create nor hide variance.
+        adv_mean = torch.nanmean(adv.view(-1, G), dim=1).nan_to_num(0.0)
+        ok = nonzero_variance_mask(torch.where(unscorable, adv_mean[groups], adv), groups) & ~unscorable
         lo = self.accelerator.process_index * n
         local = slice(lo, lo + n)
         completion_mask = out["completion_mask"]
