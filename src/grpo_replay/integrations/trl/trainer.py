@@ -25,6 +25,9 @@ Design choices (documented in examples/trl/README.md):
   replay rows by gathering the composed row counts and trimming trailing replay rows to the minimum, rounded down
   to a multiple of `steps_per_generation` (fresh rows are never trimmed; replay rows are in draw order, so the
   lowest-priority draws go first).
+- Every process runs the same forward passes, since under FSDP or ZeRO-3 a forward is a collective: the extra
+  no-grad pass over fresh rows displaced by pool composition (aligned generation) pads each process's rows to the
+  largest count over all processes, none included.
 - With replay disabled (replay_ratio == 0, e.g. the grpo preset) the trainer is a pass-through: no extra forward,
   no buffer, identical batches to GRPOTrainer.
 """
@@ -229,11 +232,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
             left_out = torch.ones(n, dtype=torch.bool)
             left_out[kept] = False
             left_out &= row_id >= 0
-            if bool(left_out.any()):  # displaced by pool composition: not in the update, so a pass of their own
-                rows = torch.nonzero(left_out).flatten()
-                sub = {k: out[k][rows.to(device)] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
-                entry["batch"].behaviour_logps[row_id[rows]] = self._replay_behaviour_logps(sub).float().cpu()
-                entry["missing"][row_id[rows]] = False
+            # Displaced by pool composition: not in the update, so a pass of their own.
+            self._replay_displaced_logps(out, entry, row_id, torch.nonzero(left_out).flatten())
             if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
                 out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
         self._replay_pending.append(entry)
@@ -275,6 +275,21 @@ class ReplayGRPOTrainer(GRPOTrainer):
             metrics = self._metrics["train"]
             metrics["replay/inserted"].append(tot["inserted"])
             metrics["replay/buffer_size"].append(tot["buffer_size"])
+
+    def _replay_displaced_logps(self, out: dict[str, Any], entry: dict[str, Any], row_id: torch.Tensor,
+                                rows: torch.Tensor) -> None:
+        """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch. Under FSDP or
+        ZeRO-3 a forward is a collective, so every process runs the same passes: each pads its rows (none
+        included) to the largest count with copies of its row 0, whose log-probs are discarded."""
+        count = torch.tensor([len(rows)], device=self.accelerator.device)
+        most = int(self.accelerator.gather(count).max())
+        if most == 0:
+            return
+        idx = torch.cat([rows, torch.zeros(most - len(rows), dtype=torch.long)]).to(self.accelerator.device)
+        sub = {k: out[k][idx] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
+        logps = self._replay_behaviour_logps(sub).float().cpu()[: len(rows)]
+        entry["batch"].behaviour_logps[row_id[rows]] = logps
+        entry["missing"][row_id[rows]] = False
 
     def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
