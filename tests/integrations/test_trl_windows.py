@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 trl = pytest.importorskip("trl")
+import torch  # noqa: E402
 from test_trl import make_dataset, make_model, make_tokenizer, reward_fn, trl_kwargs  # noqa: E402
 
 
@@ -85,3 +86,10 @@ def test_short_windows_several_epochs_and_resume(tmp_path):
     _no_age_zero(resumed)
     assert sum(h["replay_rows"] for h in resumed.replay_history) > 0
     assert len(resumed.pending_at_sync) == 3
+    # Resumed in epoch 1, it goes on with the same prompt order, rollouts and draws as the uninterrupted run.
+    assert list(resumed.replay_history) == [h for h in hist if h["step"] >= 3]
+    assert torch.equal(_params(resumed.model), _params(full.model))
+
+
+def _params(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])

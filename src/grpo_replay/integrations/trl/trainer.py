@@ -41,7 +41,7 @@ from typing import Any, Optional
 import torch
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd
+from trl.trainer.utils import RepeatSampler, nanstd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...advantage import nonzero_variance_mask
@@ -50,6 +50,7 @@ from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch, cat_padded
+from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -164,6 +165,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
         return out
 
     # --- checkpointing --------------------------------------------------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if self.replay_config.enabled and type(sampler) is RepeatSampler:  # a resume keeps the epochs' data order
+            return EpochAlignedSampler(sampler, self)
+        return sampler
+
     def _save_checkpoint(self, model, trial):
         self._replay_flush(log=False)  # normally a no-op: the window that just ended has flushed
         super()._save_checkpoint(model, trial)
@@ -172,6 +179,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
         self.replay_buffer.save(os.path.join(folder, BUFFER_FILE.format(rank=self.accelerator.process_index)))
+        save_generation(self, folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -186,6 +194,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             return
         self.replay_buffer = ReplayBuffer.load(path, config=self.replay_config)
         self._replay_pending = []
+        load_generation(self, checkpoint)
 
     # --- the replay step --------------------------------------------------------------------------------
     def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
@@ -271,7 +280,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if entry["history"] is not None:
                 entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
         if log:
-            tot = _sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
+            tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
             metrics = self._metrics["train"]
             metrics["replay/inserted"].append(tot["inserted"])
             metrics["replay/buffer_size"].append(tot["buffer_size"])
@@ -409,7 +418,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         n_rep = int(rep.sum())
         ages = composed.age(step)[rep].float()
         abs_adv = composed.advantages.abs().float()
-        per_process = _gather_over_processes(self.accelerator, {
+        per_process = gather_over_processes(self.accelerator, {
             "rows": len(composed),
             "replay_rows": n_rep,
             "age_sum": float(ages.sum()),
@@ -468,29 +477,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 f"{name}/ratio_sum": (ratio * m).sum(),
                 f"{name}/tokens": m.sum(),
             }
-        tot = _sum_over_processes(self.accelerator, local)
+        tot = sum_over_processes(self.accelerator, local)
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name in ("fresh", "replay"):
             if tot[f"{name}/tokens"] > 0:
                 metrics[f"{name}/clip_frac"].append(tot[f"{name}/clipped"] / tot[f"{name}/tokens"])
                 metrics[f"{name}/ratio_mean"].append(tot[f"{name}/ratio_sum"] / tot[f"{name}/tokens"])
-
-
-def _gather_over_processes(accelerator, values: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Each named scalar from every process, in one collective call: name -> (num_processes,) float64."""
-    names = list(values)
-    local = torch.stack([
-        v.detach().to(accelerator.device, torch.float64) if isinstance(v, torch.Tensor)
-        else torch.tensor(v, dtype=torch.float64, device=accelerator.device)  # a Python number: no float32 detour
-        for v in (values[k] for k in names)
-    ])
-    gathered = accelerator.gather(local[None]).view(-1, len(names))
-    return {k: gathered[:, i] for i, k in enumerate(names)}
-
-
-def _sum_over_processes(accelerator, values: dict[str, Any]) -> dict[str, float]:
-    """Each named scalar summed over all processes (one collective call)."""
-    return {k: float(v.sum()) for k, v in _gather_over_processes(accelerator, values).items()}
 
 
 def _is_row_value(v: Any) -> bool:
