@@ -149,8 +149,12 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
         def on_step_end(self, args, state, control, model=None, **_):
             step = state.global_step
             if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+                import torch
+
                 was_training = model.training
-                row = evaluate_fn(model)
+                # evaluate() forks the CPU generator only; training's CUDA samples must not depend on eval_every.
+                with torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda" else []):
+                    row = evaluate_fn(model)
                 model.train(was_training)
                 append_eval(cfg.run_dir, step, cfg, row)
 
