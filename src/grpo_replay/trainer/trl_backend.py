@@ -37,9 +37,10 @@ def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
     path.write_text("".join(r + "\n" for r in rows))
 
 
-def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None,
-                      resume: Optional[str] = None) -> dict[str, Any]:
-    """`train_testbed_with_trl` with every setting of the run (`trl_settings.trl_kwargs`)."""
+def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
+                      **trl_overrides: Any) -> dict[str, Any]:
+    """`train_testbed_with_trl` with every setting of the run (`trl_settings.trl_kwargs`); trl_overrides: further
+    `ReplayGRPOConfig` fields (they win)."""
     from ..integrations.trl import train_testbed_with_trl
 
     return train_testbed_with_trl(
@@ -49,7 +50,7 @@ def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = Non
         testbed_config=cfg.testbed,
         seed=cfg.seed,
         progress=cfg.progress,
-        trl_overrides={**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir)},
+        trl_overrides={**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
         reward_timeout=cfg.reward_timeout,
         callbacks=callbacks,
         resume_from_checkpoint=resume,
