@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 
 if __name__ != "__main__":
     pytest.importorskip("trl")
+    from trl_launch import launch_two
 
 PRESETS = ("paper", "grpo", "uniform_pool", "sigma_pool")
 UNEVEN_STEP = 1  # process 1 scores every completion 1.0 at this step: no variance, nothing queued, nothing displaced
@@ -70,18 +69,7 @@ def test_fsdp2_sharded_policy_each_preset(tmp_path):
     from test_trl import make_model
 
     make_model(0).save_pretrained(tmp_path / "model")  # before the launch: the workers have no barrier of their own
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu", "--main_process_port", str(port),
-           __file__, "--worker", str(tmp_path)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
-    except subprocess.TimeoutExpired as e:  # a process waiting in a collective the other never joins
-        pytest.fail(f"the sharded run hung: {(e.stderr or b'')[-3000:]!r}")
+    proc = launch_two(__file__, str(tmp_path), timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     r0, r1 = (json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2))
     for preset in PRESETS:

@@ -38,12 +38,15 @@ def save_generation(trainer, folder: str) -> None:
 def load_generation(trainer, checkpoint: str) -> None:
     """Restore the generation a checkpoint cut (nothing when it cut none)."""
     path = os.path.join(checkpoint, GENERATION_FILE.format(rank=trainer.accelerator.process_index))
-    if not os.path.exists(path):
+    state = torch.load(path, weights_only=True) if os.path.exists(path) else None
+    usable = state is not None and len(state["chunks"]) == trainer.args.steps_per_generation
+    # All processes or none: one continuing a generation while another generates would break TRL's collectives.
+    agreed = gather_over_processes(trainer.accelerator, {"usable": float(usable), "saved": float(state is not None)})
+    if not bool(agreed["saved"].any()):
         return
-    state = torch.load(path, weights_only=True)
-    if len(state["chunks"]) != trainer.args.steps_per_generation:
-        warnings.warn(f"ReplayGRPOTrainer: {path} holds {len(state['chunks'])} chunks, steps_per_generation is "
-                      f"{trainer.args.steps_per_generation}; generating anew at the resume step.")
+    if not bool(agreed["usable"].all()):
+        warnings.warn(f"ReplayGRPOTrainer: {checkpoint} cut a generation, but not every process can continue it "
+                      "(saved with other processes or another steps_per_generation); generating anew at the resume step.")
         return
     device = trainer.accelerator.device
     trainer._buffered_inputs = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in chunk.items()}

@@ -185,6 +185,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None or not self.replay_config.enabled:
             return
+        load_generation(self, checkpoint)  # every process: it agrees with the others first
         path = os.path.join(checkpoint, BUFFER_FILE.format(rank=self.accelerator.process_index))
         if not os.path.exists(path + ".json"):
             warnings.warn(
@@ -194,7 +195,6 @@ class ReplayGRPOTrainer(GRPOTrainer):
             return
         self.replay_buffer = ReplayBuffer.load(path, config=self.replay_config)
         self._replay_pending = []
-        load_generation(self, checkpoint)
 
     # --- the replay step --------------------------------------------------------------------------------
     def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
