@@ -50,7 +50,7 @@ AROUND = {
     "eval_problems": "test_around_settings_take_effect",
     "eval_samples": "test_around_settings_take_effect",
     "max_bad_steps": "test_max_bad_steps_stops_the_run",
-    "reward_timeout": "test_around_settings_take_effect",
+    "reward_timeout": "test_cli_settings_reach_trl (handed to the testbed reward's RewardScorer)",
     "torch_threads": "test_around_settings_take_effect",
     "backend": "this file",
     "model": "tests/realmodel (the real-model path)",
@@ -59,7 +59,7 @@ AROUND = {
     "reward": "tests/realmodel",
     "heldout_data": "tests/realmodel",
     "testbed_preset": "tests/trainer/test_reasoning_testbed.py (the TRL run directory and warm start)",
-    "testbed.": "test_around_settings_take_effect (testbed.max_new_tokens, the warm start's config)",
+    "testbed.": "the warm start and task: train_testbed_with_trl(testbed_config=cfg.testbed), as the built-in trainer",
 }
 
 
