@@ -449,7 +449,7 @@ def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("TrainConfig.device='cuda' but no CUDA device is available; allowed here: auto, cpu")
+        raise ValueError("TrainConfig.device='cuda' but no CUDA device is available; allowed: auto, cpu")
     return torch.device(name)
 
 

@@ -24,13 +24,18 @@ def train_testbed_with_trl(
     num_train_problems: int = 4096,
     trl_overrides: Optional[dict[str, Any]] = None,
     progress: bool = True,
+    reward_timeout: Optional[float] = None,
+    callbacks: Optional[list] = None,
+    resume_from_checkpoint: Optional[str] = None,
 ) -> dict[str, Any]:
     """Train the testbed model with `ReplayGRPOTrainer` for `max_steps` optimizer steps.
 
     preset: replay preset (paper | grpo | uniform_pool | sigma_pool); replay_overrides: `ReplayConfig` fields
     without the `replay_` prefix (e.g. {"tau_max": 5, "warmup_steps": 2}); testbed_config: a `TestbedConfig`
     (default: `TestbedConfig()`; its warm start is loaded from the cache or trained first); prompts_per_step x
-    num_generations fresh rollouts per step; trl_overrides: any further `ReplayGRPOConfig` fields (they win).
+    num_generations fresh rollouts per step; trl_overrides: any further `ReplayGRPOConfig` fields (they win);
+    reward_timeout: seconds a reward call may take (scored 0 after; None = no limit); callbacks: TrainerCallbacks;
+    resume_from_checkpoint: a TRL checkpoint to resume.
     Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
     "output_dir"}; the trained model is saved to `<output_dir>/final`.
     """
@@ -42,7 +47,8 @@ def train_testbed_with_trl(
     model, tokenizer, _info = warm_start(cfg, progress=progress)
     model.train()
     task = TestbedTask(cfg, tokenizer)
-    dataset, testbed_reward = _dataset_and_reward(task, task.sample_problems(np.random.default_rng(seed), num_train_problems))
+    problems = task.sample_problems(np.random.default_rng(seed), num_train_problems)
+    dataset, testbed_reward = _dataset_and_reward(task, problems, reward_timeout)
     kwargs: dict[str, Any] = dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -70,23 +76,26 @@ def train_testbed_with_trl(
     kwargs.update(trl_overrides or {})
     args = ReplayGRPOConfig(**kwargs)
     trainer = ReplayGRPOTrainer(
-        model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer,
+        callbacks=callbacks,
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     final = Path(output_dir) / "final"
     trainer.save_model(str(final))
     result = {
         "output_dir": str(output_dir),
+        "trainer": trainer,
         "log_history": trainer.state.log_history,
         "replay_history": [{k: v for k, v in h.items() if k != "replay_completion_ids"} for h in trainer.replay_history],
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / "trl_summary.json").write_text(json.dumps(result, indent=1, default=str))
+    (Path(output_dir) / "trl_summary.json").write_text(
+        json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
     return result
 
 
-def _dataset_and_reward(task, problems: list) -> tuple[Any, Callable[..., list[float]]]:
+def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -> tuple[Any, Callable[..., list[float]]]:
     """The problems as a TRL dataset (each problem's fields as columns) and the reward function that reads them
     back (TRL passes every dataset column to the reward function by name)."""
     from datasets import Dataset
@@ -102,10 +111,17 @@ def _dataset_and_reward(task, problems: list) -> tuple[Any, Callable[..., list[f
         }
     )
 
+    scorer = None
+    if timeout is not None:
+        from ...trainer.rewards import RewardScorer
+
+        scorer = RewardScorer(task.reward, timeout)
+
     def testbed_reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
-        return [
-            task.reward(c, TestbedProblem(id=i, prompt=p, answer=a, difficulty=d))
-            for c, p, i, a, d in zip(completions, prompts, problem_id, answer, difficulty)
-        ]
+        rows = [TestbedProblem(id=i, prompt=p, answer=a, difficulty=d)
+                for p, i, a, d in zip(prompts, problem_id, answer, difficulty)]
+        if scorer is not None:
+            return scorer(list(completions), rows)[0]
+        return [task.reward(c, row) for c, row in zip(completions, rows)]
 
     return dataset, testbed_reward
