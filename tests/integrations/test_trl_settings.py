@@ -124,18 +124,18 @@ def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_pat
 def test_real_model_path_refuses_before_loading(tmp_path):
     from grpo_replay.app.configio import ConfigError
     from grpo_replay.trainer.train_config import TrainConfig
-    from grpo_replay.trainer.trl_real import train_real_with_trl
+    from grpo_replay.trainer.trl_backend import train_with_trl
 
     cfg = TrainConfig(backend="trl", reward="math", data="word_sums", model=str(tmp_path / "absent"),
                       micro_batch_size=4, out_dir=str(tmp_path / "run"))
     with pytest.raises(ConfigError, match=r"TrainConfig.micro_batch_size=4 is invalid; allowed: 0"):
-        train_real_with_trl(cfg)
+        train_with_trl(cfg)
     assert not (tmp_path / "run").exists()
 
 
 def test_cli_settings_reach_trl(tiny_overrides, tmp_path, monkeypatch):
     """The testbed path hands every mapped setting to TRL (it hard-coded beta 0, temperature 1, dapo, ...)."""
-    import grpo_replay.integrations.trl as trl_integration
+    import grpo_replay.trainer.trl_backend as trl_integration
 
     seen = {}
 
