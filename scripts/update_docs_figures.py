@@ -63,7 +63,15 @@ def run_main_job(workdir: Path, extra: list[str]) -> dict:
 
 
 def describe_machine() -> str:
-    return f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}"
+    """Cores, architecture, CPU model and Python: the deterministic figures are the same on CPUs of one kind, but
+    another CPU model (other vector kernels in torch's BLAS) can move the warm start's stopping step."""
+    model = ""
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    except OSError:
+        pass
+    cpu = f", {model}" if model else ""
+    return f"{os.cpu_count()} CPU cores, {platform.machine()}{cpu}, Python {platform.python_version()}"
 
 
 def commit() -> str:

@@ -31,8 +31,15 @@ EVAL = ["--eval-n", "2", "--eval-limit", "1", "--eval-max-new-tokens", "16", "--
 
 
 def _argv(model, out, *extra):
-    return ["compare", "--model", str(model), "--data", "word_sums", "--arms", "paper", "--seeds", "1", "--jobs", "2",
-            "--out", str(out), "--no-progress", *TINY, *EVAL, *extra]
+    """The test's command line; a flag in `extra` replaces the default one (a flag given twice is refused)."""
+    base = ["compare", "--model", str(model), "--data", "word_sums", "--arms", "paper", "--seeds", "1", "--jobs", "2",
+            "--out", str(out), "--no-progress", *TINY, *EVAL]
+    for i in range(0, len(extra) - 1):
+        flag = extra[i]
+        if flag.startswith("--") and flag != "--set" and flag in base and not extra[i + 1].startswith("--"):
+            j = base.index(flag)
+            del base[j : j + 2]
+    return [*base, *extra]
 
 
 def _hf_copy(gguf, dest):
