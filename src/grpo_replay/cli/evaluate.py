@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 from pathlib import Path
 
 from ..app.configio import int_arg, once
+from ..errors import UsageError
 from ..app.data import BENCHMARKS
 from ..eval.prompts import INSTRUCTION
 from ..generation import BACKENDS, SamplingParams
@@ -75,13 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trainer.rundir import RunDirError
-
     try:
         return _run(args)
-    except (ValueError, FileNotFoundError, ImportError, RunDirError) as exc:
-        print(f"grpo-replay eval: error: {exc}", file=sys.stderr)
-        return 2
+    except UsageError:
+        raise
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        # A bad model, benchmark or setting reported by the libraries below (transformers, datasets): bad input,
+        # exit 2 through cli.main like every UsageError.
+        raise UsageError(str(exc)) from exc
 
 
 def _check_out(out: Path) -> None:

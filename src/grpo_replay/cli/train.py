@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..app import configio
+from ..errors import UsageError
 from ..config import PRESETS
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..trainer.train_config import BACKENDS, DEVICES, REWARDS
@@ -96,16 +97,8 @@ def run(args: argparse.Namespace) -> int:
         for k, (t, doc) in FIELDS.items():
             print(f"{k}: {doc}")
         return 0
-    try:
-        cfg = config_from_args(args)
-    except configio.ConfigError as e:
-        print(f"grpo-replay train: config error: {e}", file=sys.stderr)
-        return 2
-    from ..app.data import DataError
-    from ..trainer.checkpoint import NoUsableCheckpoint
-    from ..trainer.stopping import CheckpointError, TrainingStopped
-    from ..trainer.rundir import RunDirError
-    from ..trainer.setup import ModelLoadError, check_data_rows
+    cfg = config_from_args(args)  # a ConfigError here, or any UsageError / Stopped below: exit code by cli.main
+    from ..trainer.setup import check_data_rows
 
     try:
         if cfg.reward == "math":
@@ -118,13 +111,8 @@ def run(args: argparse.Namespace) -> int:
             from ..trainer.loop import train
 
             summary = train(cfg)
-    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError, NoUsableCheckpoint) as e:
-        # Bad input found while setting up (model path, data file): a message, not a traceback.
-        print(f"grpo-replay train: error: {e}", file=sys.stderr)
-        return 2
-    except (TrainingStopped, CheckpointError) as e:
-        print(f"grpo-replay train: stopped: {e}", file=sys.stderr)
-        return 1
+    except FileNotFoundError as e:  # a path the user gave (model, data) that is not there: bad input
+        raise UsageError(str(e)) from e
     _print_summary(cfg, summary)
     return 0
 

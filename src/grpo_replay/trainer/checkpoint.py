@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..errors import UsageError
 from ..buffer import ReplayBuffer
 
 DONE = "trainer_state.json"  # written last: its presence marks a complete checkpoint
@@ -212,7 +213,7 @@ def load(
     return trainer_state
 
 
-class NoUsableCheckpoint(ValueError):
+class NoUsableCheckpoint(UsageError):
     """Every checkpoint of a run directory is damaged: the run cannot resume (a rerun would fail the same way)."""
 
 
