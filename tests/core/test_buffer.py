@@ -139,7 +139,7 @@ def test_state_keeps_named_totals_and_old_list_totals_still_load():
         a.sample(2, t + 1)
     state = a.state_dict()
     assert state["totals"] == {"added": a.total_added, "evicted_age": a.total_evicted_age,
-                               "evicted_capacity": a.total_evicted_capacity}
+                               "evicted_capacity": a.total_evicted_capacity, "evicted_uses": 0, "evicted_drift": 0}
     old = {**state, "version": 2, "totals": [a.total_added, a.total_evicted_age, a.total_evicted_capacity]}
     b = ReplayBuffer(a.config)
     b.load_state_dict(old)

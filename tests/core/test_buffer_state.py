@@ -176,6 +176,28 @@ def test_corrupt_files_raise_the_one_error(tmp_path):
     assert len(fresh) == 0
 
 
+def _as_version_3(arrays, state):
+    """What version 4 added taken out: the replay counts, two totals and four config fields."""
+    del arrays["col.uses"]
+    for k in ("evicted_uses", "evicted_drift"):
+        assert state["totals"].pop(k) == 0
+    for k in ("max_drift", "fill_filtered", "max_uses", "age_decay"):
+        del state["config"][k]
+
+
+def test_version_3_files_load_with_zero_replay_counts(tmp_path):
+    buf = _buffer(with_ref=False)
+    buf.save(tmp_path / "b")
+    arrays, state = _read(tmp_path / "b")
+    _as_version_3(arrays, state)
+    state["version"] = 3
+    _write(tmp_path / "b", arrays, state, forge=True)
+    old = ReplayBuffer.load(tmp_path / "b")
+    assert old.config == buf.config and (old.storage.col("uses")[old.storage.valid] == 0).all()
+    a, b = buf.sample(4, 6), old.sample(4, 6)
+    assert a.completion_ids.tolist() == b.completion_ids.tolist()
+
+
 def test_version_1_files_still_load(tmp_path):
     """Files written before the checksum and "step" fields existed load and draw like the saved buffer."""
     buf = _buffer(with_ref=True)
@@ -183,6 +205,8 @@ def test_version_1_files_still_load(tmp_path):
     arrays, state = _read(tmp_path / "b")
     del state["checksum"], state["step"]
     state["version"] = 1
+    _as_version_3(arrays, state)
+    state["totals"] = [state["totals"][k] for k in ("added", "evicted_age", "evicted_capacity")]
     _write(tmp_path / "b", arrays, state, forge=False)
     old = ReplayBuffer.load(tmp_path / "b")
     assert old.last_step == 5  # the newest birth step

@@ -20,7 +20,7 @@ def _float_fields(cls) -> list[str]:
 
 def test_every_float_field_is_listed():
     # If a float field is added, the parametrisations below must cover it (they are built from these lists).
-    assert set(_float_fields(ReplayConfig)) == {"replay_ratio", "alpha", "eps"}
+    assert set(_float_fields(ReplayConfig)) == {"replay_ratio", "alpha", "eps", "max_drift", "age_decay"}
     assert set(_float_fields(LossConfig)) == {"eps_low", "eps_high", "dual_clip_c", "beta"}
 
 

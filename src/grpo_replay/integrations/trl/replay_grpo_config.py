@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from trl import GRPOConfig
 
-from ...config import PRESETS, ReplayConfig
+from ...config import PRESETS, ReplayConfig, refuse_options
 from ...app.configio import bad, field_docs, is_finite
 
 TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
@@ -70,7 +70,7 @@ class ReplayGRPOConfig(GRPOConfig):
             value = getattr(self, name, None)
             if value is not None and not is_finite(value):
                 bad(self, name, "a finite number")
-        self.to_replay_config()  # fail before any compute on an invalid replay setting
+        refuse_options(self.to_replay_config(), "TRL")  # fail before any compute on an invalid replay setting
 
     def replay_overrides(self) -> dict[str, Any]:
         """The replay_* fields that were set, as `ReplayConfig` keyword arguments."""

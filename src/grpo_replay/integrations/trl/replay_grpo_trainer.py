@@ -45,7 +45,7 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
 from ...composition import compose_batch
-from ...config import ReplayConfig
+from ...config import ReplayConfig, refuse_options
 from ...rollout import RolloutBatch, cat_padded
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
@@ -72,6 +72,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
     `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset)."""
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
+        if replay_config is not None:
+            refuse_options(replay_config, "TRL")  # before GRPOTrainer loads anything
         super().__init__(*args, **kwargs)
         if replay_config is None:
             to_cfg = getattr(self.args, "to_replay_config", None)

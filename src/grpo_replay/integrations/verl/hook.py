@@ -39,7 +39,7 @@ import torch
 from ...advantage import group_advantages, nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
-from ...config import ReplayConfig
+from ...config import ReplayConfig, refuse_options
 from ...rollout import RolloutBatch
 from ._compat import DataProto
 from .uids import adjacent_uid_order, split_uid_runs
@@ -479,5 +479,6 @@ def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlRepla
     if unknown:
         raise ValueError(f"unknown replay config keys {unknown}; allowed: {sorted(CONFIG_FIELDS + SETTINGS_FIELDS)}")
     config = ReplayConfig.from_preset(preset, **{k: v for k, v in cfg.items() if k in CONFIG_FIELDS})
+    refuse_options(config, "verl")
     settings = VerlReplaySettings(**{k: v for k, v in cfg.items() if k in SETTINGS_FIELDS})
     return config, settings
