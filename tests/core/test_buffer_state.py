@@ -306,3 +306,27 @@ def test_mutated_files_load_identically_or_raise_the_one_error(m):
         out = buf.sample(4, step + 1)
         assert len(out) == min(4, len(buf)) and bool((out.completion_mask.sum(1) >= 0).all())
         buf.add(make_batch(1, 3, step=step + 1, seed=1, with_ref=buf.storage.has_ref or (len(buf) == 0 and with_ref)), step + 1)
+
+
+def test_replay_counts_are_saved_restored_and_validated(tmp_path):
+    cfg = CFG.replace(max_uses=3, tau_max=None)
+    buf = ReplayBuffer(cfg, seed=3)
+    buf.add(make_batch(2, 3, step=0, seed=0), 0)
+    for t in range(1, 3):
+        buf.sample(4, t)
+    uses = buf.storage.col("uses")[buf.storage.valid].copy()
+    assert uses.sum() == 8 and uses.max() <= 2
+    buf.save(tmp_path / "b")
+    back = ReplayBuffer.load(tmp_path / "b")
+    assert np.array_equal(back.storage.col("uses")[back.storage.valid], uses)
+    a, b = buf.sample(4, 3), back.sample(4, 3)  # same draws, same evictions at the limit
+    assert a.buffer_seq.tolist() == b.buffer_seq.tolist() and len(buf) == len(back)
+    assert back.total_evicted_uses == buf.total_evicted_uses > 0
+    arrays, state = _read(tmp_path / "b")
+    for bad_uses, why in ((-1, "col.uses"), (3, "col.uses")):
+        forged = dict(arrays)
+        forged["col.uses"] = arrays["col.uses"].copy()
+        forged["col.uses"][np.flatnonzero(arrays["valid"])[0]] = bad_uses
+        _write(tmp_path / "f", forged, dict(state))
+        with pytest.raises(BufferStateError, match=rf"field '{why}' must be replay counts >= 0 and < max_uses=3"):
+            ReplayBuffer.load(tmp_path / "f")
