@@ -63,10 +63,10 @@ class DriftBound:
 
 
 def drift_metrics(batch: RolloutBatch, stats: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """replay/drift_mean, replay/drift_max (over the replayed rows) and replay/drift_dropped (rows masked out
-    and evicted) of one update; {} without replayed rows or without an update."""
-    if stats is None or "drift" not in stats:
-        return {}
+    """replay/drift_dropped (rows masked out and evicted: 0 in a step without an update), replay/drift_mean
+    and replay/drift_max (over the replayed rows, when the update had some) of one step under max_drift."""
+    if stats is None:
+        return {"replay/drift_dropped": 0}
     rep = batch.is_replay.cpu()
     out: dict[str, Any] = {"replay/drift_dropped": int(stats["drift_dropped"].sum())}
     if bool(rep.any()):

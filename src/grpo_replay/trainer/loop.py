@@ -306,7 +306,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "lr": run.scheduler.get_last_lr()[0],
         **out.reward_counts,
         **split_metrics(update, t, stats["token_stats"] if stats else None),
-        **drift_metrics(update, stats),
+        **(drift_metrics(update, stats) if run.cfg.replay.max_drift is not None else {}),
         **run.buffer.stats(t + 1),
         **out.drift,  # drift/kl_1, drift/kl_tau (and time/drift_s) when cfg.drift_probe > 0
         "time/generate_s": out.t_generate,

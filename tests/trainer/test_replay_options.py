@@ -1,0 +1,56 @@
+"""The options beyond the paper (replay.max_drift, fill_filtered, max_uses, age_decay) acting in short real
+runs of the built-in trainer on the tiny testbed."""
+import json
+
+import pytest
+
+from grpo_replay.cli import main
+from helpers import read_jsonl
+
+
+def _run(overrides, out, **extra):
+    argv = ["train", "--out", str(out), "--no-progress"]
+    for k, v in {**overrides, **extra}.items():
+        if k != "progress":
+            argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    assert main(argv) == 0
+    return read_jsonl(out / "metrics.jsonl")
+
+
+def test_max_uses_evicts_rows_replayed_that_often(tiny_overrides, tmp_path):
+    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.max_uses": 1})
+    assert rows[-1]["buffer/evicted_uses"] > 0
+    # max_uses=1: every replayed row leaves the buffer after its draw, so evictions add up to the rows replayed
+    assert rows[-1]["buffer/evicted_uses"] == sum(r["replay/count"] for r in rows)
+
+
+def test_fill_filtered_replays_what_the_filter_removed(tiny_overrides, tmp_path):
+    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.fill_filtered": True})
+    n = tiny_overrides["prompts_per_step"] * tiny_overrides["group_size"]
+    warm = tiny_overrides["replay.warmup_steps"]
+    assert all(r["replay/count"] == 0 for r in rows[:warm])
+    after = rows[warm:]
+    for prev, r in zip(rows[warm - 1 :], after):  # no age eviction within these steps (tau_max = 10)
+        assert r["replay/count"] == min(n - r["fresh/count"], prev["buffer/size"])
+    assert any(r["update_rows"] == n for r in after)
+
+
+def test_max_drift_masks_and_evicts_drifted_replay_rows(tiny_overrides, tmp_path):
+    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.max_drift": 1e-9})
+    replayed = [r for r in rows if r["replay/count"]]
+    assert replayed and all(0 <= r["replay/drift_mean"] <= r["replay/drift_max"] for r in replayed)
+    assert sum(r["replay/drift_dropped"] for r in rows) > 0
+    running = 0
+    for r in rows:
+        running += r["replay/drift_dropped"]
+        assert r["buffer/evicted_drift"] == running
+    # a dropped row is out of the loss: its tokens are not in the replay ratio and clip statistics
+    assert all("replay/ratio_mean" not in r for r in replayed if r["replay/drift_dropped"] == r["replay/count"])
+
+
+def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
+    base = _run(tiny_overrides, tmp_path / "a", steps=8)
+    decayed = _run(tiny_overrides, tmp_path / "b", steps=8, **{"replay.age_decay": 0.05})
+    mean_age = lambda rows: sum(r["replay/age_mean"] * r["replay/count"] for r in rows if r["replay/count"]) / sum(  # noqa: E731
+        r["replay/count"] for r in rows)
+    assert mean_age(decayed) < mean_age(base)
