@@ -54,3 +54,13 @@ def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
     mean_age = lambda rows: sum(r["replay/age_mean"] * r["replay/count"] for r in rows if r["replay/count"]) / sum(  # noqa: E731
         r["replay/count"] for r in rows)
     assert mean_age(decayed) < mean_age(base)
+
+
+@pytest.mark.parametrize("setting", ["replay.max_uses=2", "replay.max_drift=0.5", "replay.age_decay=3", "replay.fill_filtered=true"])
+def test_trl_backend_refuses_the_options_before_any_compute(tmp_path, capsys, setting):
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), "--no-progress", "--backend", "trl", "--set", setting]) == 2
+    field = setting.split("=")[0].split(".")[1]
+    err = capsys.readouterr().err
+    assert f"ReplayConfig.{field}=" in err and "the TRL integration does not implement" in err
+    assert not out.exists()

@@ -14,3 +14,10 @@ from grpo_replay.integrations.verl import split_config  # noqa: E402
 def test_replay_group_rejects_non_finite_floats(key, value):
     with pytest.raises(ValueError, match=rf"ReplayConfig\.{key}=.* is invalid; allowed: a finite number"):
         split_config({"preset": "paper", key: value})
+
+
+@pytest.mark.parametrize("key,value", [("max_drift", 0.5), ("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0)])
+def test_replay_group_refuses_the_options_it_does_not_implement(key, value):
+    with pytest.raises(ValueError, match=rf"ReplayConfig\.{key}=.* is invalid; allowed: .*the verl integration does not implement"):
+        split_config({"preset": "paper", key: value})
+    assert split_config({"preset": "paper", key: None if value is not True else False})[0] == split_config({})[0]
