@@ -7,12 +7,15 @@
 # 3. On the head node run this script. RAY_ADDRESS=auto makes verl's ray.init() (inside run_ppo) join the
 #    running cluster instead of starting a local one; leave ray_kwargs.ray_init.num_cpus unset (null) then.
 #
-# The replay buffer lives in the driver's TaskRunner actor (one buffer for the whole job, on the node that runs
-# the TaskRunner); checkpoints go to trainer.default_local_dir, which must be on storage the driver node can
-# write and read back on resume.
+# TRAINER / MODE as in run_paper_single_node.sh. On v1 (the default) the stored rollouts' tensors live in
+# TransferQueue's storage units, spread over the Ray nodes (use >= 2 units per node:
+# transfer_queue.backend.SimpleStorage.num_data_storage_units); the trainer (TaskRunner actor) keeps only the
+# buffer's scalar columns. On the legacy trainer the whole buffer lives in the TaskRunner actor. Checkpoints go to
+# trainer.default_local_dir, which must be shared storage (TransferQueue's checkpoint is written from every node).
 set -euo pipefail
 export RAY_ADDRESS=${RAY_ADDRESS:-auto}
 NNODES=${NNODES:-2} N_GPUS=${N_GPUS:-8} PROMPTS=${PROMPTS:-256} \
   exec bash "$(dirname "$0")/run_paper_single_node.sh" \
   trainer.default_local_dir="${CKPT_DIR:-/shared/checkpoints/grpo-replay}" \
+  transfer_queue.backend.SimpleStorage.num_data_storage_units="$(( 2 * ${NNODES:-2} ))" \
   "$@"

@@ -4,9 +4,14 @@
 # one optimizer step per batch, no KL, lr 1e-6; replay: tau_max=10, fresh-anchored, |A_i| priority (replay=paper).
 # Single node, 8 GPUs, vLLM rollouts. NOT run in this repository's CI (needs GPUs); see docs/verl.md.
 #
+# Trainer: verl's default v1 trainer (TRAINER=v1) in MODE=sync (default) or MODE=colocate_async, or the legacy
+# RayPPOTrainer (TRAINER=legacy, i.e. trainer.use_v1=false). On v1 the stored rollouts live in TransferQueue's
+# storage units; its total_storage_size (verl default 100000 rows) must hold replay.capacity rows plus the rows
+# in flight (checked at launch).
+#
 # Environment: a GPU machine with verl's GPU extras, e.g.
 #   python -m venv .venv-verl-gpu && .venv-verl-gpu/bin/pip install "verl[vllm,fsdp]==0.9.1"
-#   .venv-verl-gpu/bin/pip install --no-deps -e .
+#   .venv-verl-gpu/bin/pip install -e .
 # Data: verl's examples/data_preprocess/math_dataset.py (verl repository) writes $DATA/{train,test}.parquet.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-4B-Base}
@@ -15,11 +20,28 @@ PRESET=${PRESET:-paper}           # paper | grpo | uniform_pool | sigma_pool (th
 N_GPUS=${N_GPUS:-8}
 NNODES=${NNODES:-1}
 PROMPTS=${PROMPTS:-128}           # prompts per step; rows per step = PROMPTS * 8
-EXP=${EXP:-qwen3-4b-math-replay-$PRESET}
+TRAINER=${TRAINER:-v1}            # v1 | legacy
+MODE=${MODE:-sync}                # v1 only: sync | colocate_async | separate_async
+EXP=${EXP:-qwen3-4b-math-replay-$PRESET-$TRAINER}
+if [ "$TRAINER" = legacy ]; then
+  TRAINER_ARGS=(trainer.use_v1=false)
+else
+  TRAINER_ARGS=(trainer.use_v1=true trainer.v1.trainer_mode="$MODE")
+fi
+MINI=$PROMPTS                     # one optimizer step per batch (the paper's setting)
+if [ "$MODE" = separate_async ]; then
+  # verl: train_batch_size = parameter_sync_step * ppo_mini_batch_size; rollout on ROLLOUT_GPUS GPUs of their own
+  SYNC_STEPS=${SYNC_STEPS:-1} ROLLOUT_GPUS=${ROLLOUT_GPUS:-4}
+  MINI=$(( PROMPTS / SYNC_STEPS ))
+  N_GPUS=$(( N_GPUS - ROLLOUT_GPUS ))
+  TRAINER_ARGS+=(trainer.v1.separate_async.parameter_sync_step="$SYNC_STEPS"
+                 actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node="$ROLLOUT_GPUS"
+                 actor_rollout_ref.rollout.checkpoint_engine.backend=nccl)
+fi
 
 python -m grpo_replay.integrations.verl.main \
   replay="$PRESET" \
-  trainer.use_v1=false \
+  "${TRAINER_ARGS[@]}" \
   algorithm.adv_estimator=grpo \
   algorithm.use_kl_in_reward=false \
   data.train_files="$DATA/train.parquet" \
@@ -32,7 +54,7 @@ python -m grpo_replay.integrations.verl.main \
   actor_rollout_ref.model.path="$MODEL" \
   actor_rollout_ref.model.enable_gradient_checkpointing=true \
   actor_rollout_ref.actor.optim.lr=1e-6 \
-  actor_rollout_ref.actor.ppo_mini_batch_size="$PROMPTS" \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$MINI" \
   actor_rollout_ref.actor.ppo_epochs=1 \
   actor_rollout_ref.actor.use_dynamic_bsz=true \
   actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576 \

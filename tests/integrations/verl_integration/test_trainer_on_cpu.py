@@ -38,6 +38,7 @@ def verl_config(tmp_path, *overrides):
                 "algorithm.adv_estimator=grpo",
                 f"trainer.default_local_dir={tmp_path}/ckpt",
                 "replay.warmup_steps=0",
+                "trainer.use_v1=false",  # the legacy RayPPOTrainer (verl's default is v1)
                 *overrides,
             ],
         )

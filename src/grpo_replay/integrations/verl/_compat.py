@@ -5,7 +5,7 @@ SUPPORTED = ">=0.9,<0.10"
 INSTALL_HINT = (
     "grpo_replay.integrations.verl needs verl 0.9.x in its own environment (verl pins transformers<5.11 and "
     "tensordict<=0.10, which conflicts with the main environment): run `bash scripts/setup_verl.sh` and use "
-    "`.venv-verl/bin/python`, or `pip install 'verl[verl-core]==0.9.1'` and this package with --no-deps."
+    "`.venv-verl/bin/python`, or `pip install 'verl[verl-core]==0.9.1'` and this package (`pip install -e .`: the core's dependencies only)."
 )
 
 try:

@@ -3,7 +3,7 @@
 Framework-light: this module needs only `verl.DataProto` (plain `pip install verl`), not Ray or the trainer.
 It converts verl's padded batch to the core's `RolloutBatch`, runs the core's `compose_batch` over the one
 `ReplayBuffer`, converts the replay rows back to verl's layout at the run's fixed widths and concatenates them
-with `DataProto.concat`. Algorithm 1 (METHOD.md) at verl global step t:
+with `DataProto.concat`. Algorithm 1 (docs/method.md) at verl global step t:
 
   3. zero-variance filter: groups (rows sharing a verl `uid`) whose task scores are all equal are dropped from
      the update (when `filter_zero_variance`) and are never inserted;
@@ -240,7 +240,7 @@ def to_dataproto(rows: RolloutBatch, template: "DataProto") -> tuple["DataProto"
         "token_level_scores": last,
         "token_level_rewards": last,
         "rm_scores": last,
-        "rollout_is_weights": rmask.float(),  # replay rows get no extra importance weight (METHOD.md)
+        "rollout_is_weights": rmask.float(),  # replay rows get no extra importance weight (docs/method.md)
     }
     if "ref_log_prob" in keys:
         if ref is None:

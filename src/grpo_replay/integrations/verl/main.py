@@ -1,30 +1,52 @@
 """Entry point: `python -m grpo_replay.integrations.verl.main [hydra overrides]`.
 
 The same as `python -m verl.trainer.main_ppo` with the config `replay_ppo_trainer` (verl's `ppo_trainer` plus the
-`replay` group, `trainer.use_v1=false`) and `ReplayTaskRunner`. Pick a preset with `replay=paper|grpo|uniform_pool|
-sigma_pool` and override fields with `replay.tau_max=5` etc.
+`replay` group) and a replay task runner: verl's v1 trainer by default (`trainer.use_v1=true`, `ReplayTaskRunnerV1`),
+the legacy `RayPPOTrainer` with `trainer.use_v1=false` (`ReplayTaskRunner`). Pick a preset with
+`replay=paper|grpo|uniform_pool|sigma_pool` and override fields with `replay.tau_max=5` etc. A bad replay setting or
+an unsupported `trainer.v1.trainer_mode` is refused with exit status 2 before Ray starts.
 """
 from __future__ import annotations
+
+import sys
 
 import hydra
 
 from .hook import split_config
 
 
+def check_config(config) -> type:
+    """Validate what grpo-replay adds (ValueError naming the field) and return the task runner class to use."""
+    from omegaconf import OmegaConf
+
+    split_config(OmegaConf.to_container(config.replay, resolve=True))
+    if config.trainer.get("use_v1", True):
+        from .runner_v1 import ReplayTaskRunnerV1
+        from .trainer_v1 import check_storage, replay_trainer_cls
+
+        replay_trainer_cls(config.trainer.v1.trainer_mode)
+        check_storage(config)
+        return ReplayTaskRunnerV1
+    from .runner import ReplayTaskRunner
+
+    return ReplayTaskRunner
+
+
 @hydra.main(config_path="config", config_name="replay_ppo_trainer", version_base=None)
 def main(config) -> None:
-    from omegaconf import OmegaConf
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from .runner import ReplayTaskRunner
-
     auto_set_device(config)
-    split_config(OmegaConf.to_container(config.replay, resolve=True))  # fail fast on a bad replay setting
+    try:
+        runner = check_config(config)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    run_ppo(config, task_runner_class=ReplayTaskRunner)
+    run_ppo(config, task_runner_class=runner)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ class ReplayTaskRunnerImpl(_v0.BaseTaskRunner):
 
     def run(self, config):
         if config.trainer.get("use_v1", False):
-            raise ValueError("grpo-replay hooks the legacy RayPPOTrainer: set trainer.use_v1=false")
+            raise ValueError(
+                "ReplayTaskRunner runs the legacy RayPPOTrainer (trainer.use_v1=false); use ReplayTaskRunnerV1 for v1"
+            )
         _v0.RayPPOTrainer = self.trainer_cls  # the name verl's run() reads; this actor's process only
         return verl_task_runner_class().run(self, config)
 

@@ -7,9 +7,8 @@ Three overrides, nothing copied from verl:
 - `_save_checkpoint()` / `_load_checkpoint()`: the buffer is written to / read from
   `<default_local_dir>/global_step_<t>/replay_buffer.{npz,json}` beside verl's `actor/` and `data.pt`.
 
-Why the legacy trainer (`trainer.use_v1=false`) and not v1: the v1 `PPOTrainer` moves rows through TransferQueue,
-recomputes old log-probs and advantages for every row it consumes (unless bypass mode) and clears consumed keys,
-so replayed rows would lose their frozen behaviour log-probs and advantages; v1 has no single post-advantage hook.
+This is the legacy trainer (`trainer.use_v1=false`), which verl 0.9.1 still ships; verl's default v1 trainer,
+whose rows move through TransferQueue, has its own integration in trainer_v1.py.
 """
 from __future__ import annotations
 

@@ -1,0 +1,330 @@
+"""Replay on verl 0.9.1's v1 trainer (`trainer.use_v1=true`, verl's default), in its three trainer modes.
+
+`ReplayV1Mixin` overrides five methods of verl's `PPOTrainer`, nothing copied from verl:
+- `_update_actor(batch, metrics)`: v1's `_step_once` calls it after `_balance_batch`, `_compute_old_log_prob`,
+  (`_compute_ref_log_prob`) and `_compute_advantage`, so every fresh row in TransferQueue holds its final
+  `old_log_probs`, `advantages` (and `rollout_is_weights`, `ref_log_prob` where configured). Replay rows are
+  stored rows under keys of their own in the same partition (v1_store.py): appended to the batch's keys, they
+  reach the actor exactly as they were stored. The PPO mini-batch is scaled for this call so the optimizer-step
+  count is unchanged, and the composed batch is a multiple of every size verl divides it by, so verl's padding
+  path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. The fresh rows
+  are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
+- `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
+  `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
+- `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
+- `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and, in sync mode, where verl saves no
+  TransferQueue state, the stored rows (TransferQueue's own checkpoint of the store keys) are written to
+  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`.
+
+Age is counted in policy versions: a row's birth is the oldest weight version that generated it
+(`min_global_steps` tag) + 1, so age = global step - birth = how many versions the trained policy is past it;
+fresh rows have age 0 in sync mode and `tau_max` bounds replay rows to ages 1..tau_max.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import math
+import os
+import shutil
+from typing import Any
+
+import numpy as np
+
+from ...advantage import nonzero_variance_mask
+from .trainer import _abs, _override, replay_dict, step_folder
+from .hook import ReplayHook, split_config
+from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
+
+try:
+    import transfer_queue as tq
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+except ImportError as e:  # pragma: no cover
+    from ._compat import INSTALL_HINT
+
+    raise ImportError(f"the v1 replay trainer needs verl[verl-core] (TransferQueue): {INSTALL_HINT} ({e})") from e
+
+logger = logging.getLogger(__name__)
+BUFFER_NAME = "replay_buffer"
+TQ_DIR = "replay_transfer_queue"
+
+
+def make_store(config: Any) -> TQReplayStore:
+    return TQReplayStore(*split_config(replay_dict(config)))
+
+
+class ReplayV1Mixin:
+    """Replay for a v1 `PPOTrainer` subclass (put it first in the bases)."""
+
+    def __init__(self, config):
+        mode = config.trainer.v1.trainer_mode
+        if mode not in REPLAY_CLASSES:
+            replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
+        check_storage(config)
+        self.replay_store = make_store(config)
+        self.replay_metrics: dict[str, float] = {}
+        self._replay_tokens = 0
+        self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
+        super().__init__(config)
+
+    # --- Algorithm 1 between advantages and the actor update ------------------------------------------
+    def _update_actor(self, batch: "KVBatchMeta", metrics: dict) -> "KVBatchMeta":
+        store, step, pid = self.replay_store, int(self.global_steps), batch.partition_id
+        fresh = read_fresh(tq, batch.keys, batch.tags, pid, step)
+        if len(fresh) != len(batch):  # verl padded this batch: its synthetic rows cannot be composed around
+            logger.warning("step %d: verl padded the batch; no replay rows this step", step)
+            super()._update_actor(batch, metrics)
+            if store.config.enabled:
+                self._stage(fresh, nonzero_rows(fresh), pid)
+            return batch
+        before = store.live_ids()
+        plan = store.compose(fresh, step)
+        store.clear_evicted(tq, pid, before)
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        actor_cfg = self.config.actor_rollout_ref.actor
+        mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
+        unit, k_steps = self._replay_unit(len(batch), mb, rollout_n)
+        spare = np.setdiff1d(np.flatnonzero(~plan.nonzero), plan.fresh_used)
+        used, n_rep = ReplayHook._fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), fresh.advantages, unit,
+                                             len(fresh))
+        used = np.sort(used)
+        composed = self._composed_meta(batch, fresh, used, plan.replay_ids[:n_rep])
+        replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
+        self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
+        mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
+        with _override(actor_cfg, "ppo_mini_batch_size", mb_rows // rollout_n):
+            changed = n_rep > 0 or len(used) != len(fresh)
+            if store.settings.rebalance and self.config.trainer.balance_batch and changed:
+                composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
+            super()._update_actor(composed, metrics)
+        # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
+        n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
+        metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step, replay_tokens))
+        return batch
+
+    def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
+        """Copy the rows to store keys now (fit() clears the fresh keys after the step); `step` adds them."""
+        ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
+        self._pending.append((fresh, rows, ids, pid))
+        return len(ids)
+
+    def step(self, metrics: dict, timing_raw: dict):
+        # Algorithm 1 step 7 once per global step, after every local update of it: in separate_async one version
+        # spans several `_update_actor` calls, and a row is replayed only from the next version on (age >= 1).
+        batch = super().step(metrics, timing_raw)
+        store, pending, self._pending = self.replay_store, self._pending, []
+        for fresh, rows, ids, pid in pending:
+            before = store.live_ids()
+            store.add(fresh, rows, ids)
+            store.clear_evicted(tq, pid, np.union1d(before, ids))
+        return batch
+
+    def _replay_unit(self, n_rows: int, mb: int, rollout_n: int) -> tuple[int, int]:
+        """(unit, K): the composed batch must be a multiple of `unit` rows; K optimizer steps per epoch."""
+        actor_cfg = self.config.actor_rollout_ref.actor
+        dp = self._dp_size()
+        static = not actor_cfg.get("use_dynamic_bsz", False)
+        micro = int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or 1) if static else 1
+        if n_rows % mb:
+            raise ValueError(f"fresh batch of {n_rows} rows is not a multiple of the PPO mini-batch ({mb} rows)")
+        k = n_rows // mb
+        if not self.replay_store.settings.keep_optimizer_steps:
+            return math.lcm(mb, dp * micro), k
+        base = math.lcm(rollout_n, dp * micro)
+        if mb % base:
+            raise ValueError(
+                f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
+                f"({rollout_n}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
+            )
+        return k * base, k
+
+    def _dp_size(self) -> int:
+        wg = self.actor_rollout_wg
+        if "actor" not in wg._dispatch_info:
+            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+        return max(wg._dispatch_info["actor"]) + 1
+
+    def _composed_meta(self, batch, fresh, used: np.ndarray, replay_ids: np.ndarray) -> "KVBatchMeta":
+        keys = [fresh.keys[i] for i in used]
+        tags = [fresh.tags[i] for i in used]
+        if len(replay_ids):
+            listed = _listed(batch.partition_id)
+            rkeys = [store_key(i) for i in replay_ids]
+            missing = [k for k in rkeys if k not in listed]
+            if missing:
+                raise RuntimeError(f"stored replay rows {missing[:3]} are missing from TransferQueue")
+            keys, tags = keys + rkeys, tags + [listed[k] for k in rkeys]
+        return KVBatchMeta(
+            partition_id=batch.partition_id, keys=keys, tags=tags, fields=batch.fields,
+            extra_info=dict(batch.extra_info),
+        )
+
+    def _replay_log(self, plan, used, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict[str, float]:
+        out = {
+            "replay/fresh_rows": float(len(used)),
+            "replay/zero_variance_rows": float((~plan.nonzero).sum()),
+            "replay/replay_rows": float(n_rep),
+            "replay/share": n_rep / total if total else 0.0,
+            "replay/mini_batch_rows": float(mb_rows),
+            "replay/replay_tokens": float(replay_tokens),
+            "replay/inserted": float(n_ins),
+        }
+        if n_rep:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
+            ages = step - plan.replay_birth[:n_rep]
+            out.update({"replay/age_versions/mean": float(ages.mean()), "replay/age_versions/max": float(ages.max()),
+                        "replay/age_versions/min": float(ages.min()),
+                        "replay/abs_adv_replay": float(np.abs(plan.replay_adv[:n_rep]).mean())})
+        out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
+        self.replay_metrics = out
+        return out
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        extra, self._replay_tokens = self._replay_tokens, 0
+        total = metrics.get("perf/total_num_tokens")
+        if extra and total:  # the replayed rows were trained on too
+            metrics["perf/throughput"] = metrics["perf/throughput"] * (total + extra) / total
+            metrics["perf/total_num_tokens"] = total + extra
+
+    # --- the buffer travels with verl's checkpoints -------------------------------------------------------
+    def _save_checkpoint(self):
+        folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
+        os.makedirs(folder, exist_ok=True)
+        self.replay_store.save(os.path.join(folder, BUFFER_NAME))
+        if self.trainer_mode == "sync":  # verl saves TransferQueue in the async modes only
+            tq.save_checkpoint(os.path.join(folder, TQ_DIR), metadata={"global_steps": self.global_steps})
+        prune_store(self.config.trainer.default_local_dir, keep=self.config.trainer.get("max_actor_ckpt_to_keep"))
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        if self.config.trainer.resume_mode == "disable" or not self.global_steps:
+            return out
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = _abs(self.config.trainer.resume_from_path)
+        else:
+            folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
+        load_store(self.replay_store, folder, self.trainer_mode)
+        return out
+
+
+def check_storage(config: Any) -> None:
+    """ValueError when TransferQueue's storage cannot hold the stored rows next to the rows in flight: its
+    SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run."""
+    cfg, _ = split_config(replay_dict(config))
+    node = config.get("transfer_queue", {}).get("backend", {}).get("SimpleStorage", {})
+    limit = node.get("total_storage_size", None) if node else None
+    if limit is None or not cfg.enabled:
+        return
+    per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    stored = (cfg.tau_max + 1) * per_step if cfg.capacity is None else min(cfg.capacity, (cfg.tau_max + 1) * per_step)
+    mode = config.trainer.v1.trainer_mode
+    warmup = float(config.trainer.v1.get(mode, {}).get("num_warmup_batches", 0) or 0)
+    n = int(config.actor_rollout_ref.rollout.n)
+    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (n + 1)  # rollouts + prompt entries
+    if stored + in_flight > int(limit):
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
+            f"rows (min(replay.capacity, (replay.tau_max + 1) * train_batch_size * rollout.n)) plus {in_flight} rows "
+            f"in flight; allowed: total_storage_size >= {stored + in_flight}, or a smaller replay.capacity"
+        )
+
+
+def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str = "train") -> bool:
+    """Restore the buffer and its rows from `folder`. Missing files are an error unless
+    `replay.allow_empty_resume=true` (then every stored row left in TransferQueue is cleared)."""
+    path = os.path.join(folder, BUFFER_NAME)
+    need = store.files(path) + ([os.path.join(folder, TQ_DIR)] if mode == "sync" else [])
+    missing = [p for p in need if not os.path.exists(p)]
+    if missing:
+        if not store.settings.allow_empty_resume:
+            raise FileNotFoundError(
+                f"resuming from {folder}: replay buffer file(s) {missing} not found. Resume from a checkpoint saved "
+                "with grpo-replay, or set replay.allow_empty_resume=true to resume with an empty buffer"
+            )
+        logger.warning("no replay buffer at %s: resuming with an empty buffer (replay.allow_empty_resume)", missing)
+        _clear_keys(partition_id, lambda k: is_store_key(k))
+        return False
+    store.load(path)
+    if mode == "sync":
+        tq.load_checkpoint(os.path.join(folder, TQ_DIR))
+        _clear_keys(partition_id, lambda k: not is_store_key(k))  # that step's fresh rows, cleared by fit() then
+    listed, live = _listed(partition_id), {store_key(i) for i in store.live_ids()}
+    lost = sorted(live - set(listed))
+    if lost:
+        raise FileNotFoundError(
+            f"resuming from {folder}: stored rows {lost[:3]} ({len(lost)}) are not in TransferQueue"
+        )
+    _clear_keys(partition_id, lambda k: is_store_key(k) and k not in live)
+    logger.info("replay buffer (%d rollouts) loaded from %s", len(store.buffer), path)
+    return True
+
+
+def prune_store(default_local_dir: str, keep) -> None:
+    """Keep the buffer files and stored rows of the newest `keep` global_step folders (verl prunes actor/ alike)."""
+    if not keep or keep <= 0:
+        return
+    steps = []
+    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
+        with contextlib.suppress(ValueError):
+            steps.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), os.path.dirname(p)))
+    for _, folder in sorted(steps)[: max(0, len(steps) - int(keep))]:
+        for suffix in (".json", ".npz", ".store.json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, BUFFER_NAME + suffix))
+        shutil.rmtree(os.path.join(folder, TQ_DIR), ignore_errors=True)
+
+
+def _listed(partition_id: str) -> dict:
+    """{key: tag} of a TransferQueue partition (empty when it has none)."""
+    return (tq.kv_list(partition_id) or {}).get(partition_id, {}) or {}
+
+
+def _clear_keys(partition_id: str, pred) -> None:
+    keys = [k for k in _listed(partition_id) if pred(k)]
+    if keys:
+        tq.kv_clear(keys=keys, partition_id=partition_id)
+
+
+def nonzero_rows(fresh) -> np.ndarray:
+    """Rows of groups whose rewards differ (the ones the buffer stores)."""
+    if not len(fresh):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy())
+
+
+class ReplayPPOTrainerSync(ReplayV1Mixin, PPOTrainerSync):
+    """verl's v1 `PPOTrainerSync` with replay (not registered: verl's "sync" name keeps its own class)."""
+
+
+class ReplayPPOTrainerColocateAsync(ReplayV1Mixin, PPOTrainerColocateAsync):
+    """verl's v1 `PPOTrainerColocateAsync` with replay (not registered)."""
+
+
+class ReplayPPOTrainerSeparateAsync(ReplayV1Mixin, PPOTrainerSeparateAsync):
+    """verl's v1 `PPOTrainerSeparateAsync` with replay (not registered): each of the `parameter_sync_step` local
+    updates of a global step composes its own mini-batch; rows enter the buffer at the end of the global step."""
+
+
+REPLAY_CLASSES = {
+    "sync": ReplayPPOTrainerSync,
+    "colocate_async": ReplayPPOTrainerColocateAsync,
+    "separate_async": ReplayPPOTrainerSeparateAsync,
+}
+
+
+def replay_trainer_cls(mode: str) -> type:
+    """The replay class for a v1 trainer mode (ValueError naming the field for a mode replay does not support)."""
+    if mode not in TRAINER_REGISTRY:
+        raise ValueError(f"trainer.v1.trainer_mode={mode!r} is not a verl trainer; allowed: {sorted(TRAINER_REGISTRY)}")
+    if mode not in REPLAY_CLASSES:
+        raise ValueError(
+            f"trainer.v1.trainer_mode={mode!r}: grpo-replay supports {sorted(REPLAY_CLASSES)} on verl's v1 trainer; "
+            "use one of those or trainer.use_v1=false"
+        )
+    return REPLAY_CLASSES[mode]

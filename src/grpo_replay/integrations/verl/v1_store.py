@@ -1,0 +1,229 @@
+"""Stored rollouts for verl's v1 trainer: the rows stay in TransferQueue, the buffer keeps only what it samples on.
+
+A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is copied
+field for field, tag and all, to a key of its own in the training partition, `grpo-replay-<id>`. The core
+`ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
+std, group and prompt keys, weight) and a one-token placeholder whose "completion token" is `<id>`. A replayed row
+is that stored key itself in the update batch: nothing is rebuilt, nothing is recomputed, and in a multi-node run
+the token tensors are spread over TransferQueue's storage units instead of the trainer process.
+
+The key has no "_": verl's samplers group trajectory keys by `key.split("_")[0]`, the prompt uid, and sample only
+groups whose prompt tag is terminal, so a stored row is never handed out as a fresh one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ...advantage import group_advantages, nonzero_variance_mask
+from ...buffer import ReplayBuffer
+from ...composition import compose_batch
+from ...config import ReplayConfig
+from ...rollout import RolloutBatch
+from .hook import VerlReplaySettings, row_advantages
+
+KEY_PREFIX = "grpo-replay-"
+STORE_TAG = "grpo_replay"
+"""Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
+"step" (the global step that trained on it fresh)}."""
+# Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
+SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
+
+
+def store_key(i: int) -> str:
+    return f"{KEY_PREFIX}{int(i)}"
+
+
+def is_store_key(key: str) -> bool:
+    return key.startswith(KEY_PREFIX)
+
+
+def prompt_key(token_ids: torch.Tensor) -> int:
+    """Stable 63-bit identity of a prompt (blake2b of its int64 token ids), as the legacy hook computes it."""
+    raw = np.ascontiguousarray(token_ids.cpu().numpy(), dtype=np.int64).tobytes()
+    h = hashlib.blake2b(raw, digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass
+class FreshRows:
+    """The non-padding rows of a v1 batch with the scalars the buffer needs (row i = keys[i])."""
+
+    keys: list[str]
+    tags: list[dict]
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    group_ids: torch.Tensor
+    prompt_keys: np.ndarray
+    birth: np.ndarray
+    """Birth step per row = the oldest weight version that generated it (`min_global_steps`) + 1, so that in sync
+    mode a fresh row's birth is the global step that trains on it and age = step - birth counts versions."""
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def read_fresh(tq, keys: Sequence[str], tags: Sequence[dict], partition_id: str, global_steps: int) -> FreshRows:
+    """Scalars of the fresh rows from TransferQueue (synthetic padding rows, tag `is_padding`, are left out)."""
+    keep = [i for i, t in enumerate(tags) if not t.get("is_padding", False)]
+    keys, tags = [keys[i] for i in keep], [tags[i] for i in keep]
+    if not keys:
+        empty = torch.zeros(0)
+        return FreshRows([], [], empty, empty, empty.long(), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=SCALAR_FIELDS)
+    prompts = list(data["prompts"].unbind())
+    padded = data.select("response_mask", "advantages", "rm_scores").to_padded_tensor()
+    mask = padded["response_mask"].long()
+    advantages = row_advantages(padded["advantages"], mask)
+    rewards = padded["rm_scores"].float().sum(-1)
+    _, inv = np.unique(np.asarray(list(data["uid"])).astype(str), return_inverse=True)
+    versions = [t.get("min_global_steps") for t in tags]
+    birth = np.array([(global_steps - 1 if v is None else int(v)) + 1 for v in versions], dtype=np.int64)
+    return FreshRows(
+        keys=list(keys),
+        tags=list(tags),
+        rewards=rewards,
+        advantages=advantages,
+        group_ids=torch.from_numpy(inv.astype(np.int64).reshape(-1)),
+        prompt_keys=np.array([prompt_key(p) for p in prompts], dtype=np.int64),
+        birth=birth,
+    )
+
+
+def placeholder_batch(ids: np.ndarray, fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
+    """The buffer's view of fresh rows `rows`: scalars plus a one-token placeholder carrying the store id."""
+    n = len(rows)
+    idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    rewards, gids = fresh.rewards[idx], fresh.group_ids[idx]
+    _, std = group_advantages(fresh.rewards, fresh.group_ids)
+    one = torch.ones(n, 1, dtype=torch.long)
+    return RolloutBatch.fresh(
+        prompt_ids=torch.zeros(n, 1, dtype=torch.long),
+        prompt_mask=one,
+        completion_ids=torch.from_numpy(np.asarray(ids, dtype=np.int64)).view(n, 1),
+        completion_mask=one,
+        behaviour_logps=torch.zeros(n, 1),
+        advantages=fresh.advantages[idx],
+        rewards=rewards,
+        group_ids=gids,
+        group_std=std[idx],
+        step=int(fresh.birth[rows].max()) if n else 0,
+    )
+
+
+@dataclass
+class V1Plan:
+    """What one `compose` call decided: fresh rows used (indices into FreshRows) and stored rows replayed."""
+
+    step: int
+    fresh_used: np.ndarray
+    replay_ids: np.ndarray
+    replay_birth: np.ndarray
+    replay_adv: np.ndarray
+    nonzero: np.ndarray
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class TQReplayStore:
+    """The core `ReplayBuffer` over rows kept in TransferQueue (see the module docstring)."""
+
+    def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
+        self.config = config or ReplayConfig()
+        self.settings = settings or VerlReplaySettings()
+        self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
+        self.next_id = 0
+
+    def live_ids(self) -> np.ndarray:
+        slots = self.buffer.storage.valid_slots()
+        return self.buffer.gather(slots).completion_ids[:, 0].long().numpy() if len(slots) else np.zeros(0, np.int64)
+
+    def compose(self, fresh: FreshRows, step: int) -> V1Plan:
+        """Algorithm 1 steps 3-6: zero-variance filter, evict by age, sample by priority (fresh-anchored)."""
+        n = len(fresh)
+        nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy() if n else np.zeros(0, bool)
+        used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(n)
+        view = placeholder_batch(np.full(len(used), -1), fresh, used) if len(used) else _empty_view()
+        composed, kept = compose_batch(view, self.buffer, step)
+        rep = torch.nonzero(composed.is_replay).flatten()
+        replay = composed.select(rep)
+        return V1Plan(
+            step=step,
+            fresh_used=used[kept.numpy()],
+            replay_ids=replay.completion_ids[:, 0].long().numpy(),
+            replay_birth=replay.birth_step.long().numpy(),
+            replay_adv=replay.advantages.float().numpy(),
+            nonzero=nonzero,
+        )
+
+    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> np.ndarray:
+        """Copy fresh rows `rows` to new store keys (all fields, their tags plus STORE_TAG); returns their ids.
+        They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
+        rows = np.asarray(rows, dtype=np.int64)
+        ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
+        if not len(rows):
+            return ids
+        src = [fresh.keys[i] for i in rows]
+        data = tq.kv_batch_get(keys=src, partition_id=partition_id)
+        tags = [
+            {**fresh.tags[i],
+             STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
+            for i, j in zip(rows, ids)
+        ]
+        tq.kv_batch_put(keys=[store_key(j) for j in ids], partition_id=partition_id, fields=data, tags=tags)
+        self.next_id += len(rows)
+        return ids
+
+    def add(self, fresh: FreshRows, rows: np.ndarray, ids: np.ndarray) -> int:
+        """Algorithm 1 step 7 for copied rows: one buffer add per birth step, ascending (the buffer stamps every
+        row of an add with one birth step)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        for b in np.unique(fresh.birth[rows]):
+            sel = np.flatnonzero(fresh.birth[rows] == b)
+            part = placeholder_batch(ids[sel], fresh, rows[sel])
+            self.buffer.add(part, int(b), prompt_keys=fresh.prompt_keys[rows[sel]])
+        return len(rows)
+
+    def clear_evicted(self, tq, partition_id: str, before: np.ndarray) -> int:
+        """kv_clear the store keys of rows the buffer no longer holds (age or capacity eviction)."""
+        gone = np.setdiff1d(before, self.live_ids())
+        if len(gone):
+            tq.kv_clear(keys=[store_key(i) for i in gone], partition_id=partition_id)
+        return len(gone)
+
+    # --- persistence: the buffer (scalars) here, the rows in TransferQueue's own checkpoint -------------
+    def save(self, path: str) -> None:
+        self.buffer.save(path)
+        with open(path + ".store.json", "w") as f:
+            json.dump({"next_id": self.next_id, "key_prefix": KEY_PREFIX}, f)
+
+    def load(self, path: str) -> None:
+        self.buffer = ReplayBuffer.load(path, self.config)
+        with open(path + ".store.json") as f:
+            self.next_id = int(json.load(f)["next_id"])
+
+    def files(self, path: str) -> list[str]:
+        return [path + s for s in (".json", ".npz", ".store.json")]
+
+
+def _empty_view() -> RolloutBatch:
+    z = torch.zeros(0, 1, dtype=torch.long)
+    return RolloutBatch.fresh(
+        prompt_ids=z, prompt_mask=z, completion_ids=z, completion_mask=z, behaviour_logps=torch.zeros(0, 1),
+        advantages=torch.zeros(0), rewards=torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long),
+        group_std=torch.zeros(0), step=0,
+    )
+
+
+def tq_row_nbytes(data: Any) -> int:
+    """Bytes of the tensor fields of a TensorDict read from TransferQueue (nested tensors: their values)."""
+    total = 0
+    for v in data.values():
+        if isinstance(v, torch.Tensor):
+            t = v.values() if v.is_nested else v
+            total += t.numel() * t.element_size()
+    return total
