@@ -133,11 +133,11 @@ PRESETS = ("paper", "grpo", "uniform_pool", "sigma_pool")
 OPTIONS = ("max_drift", "fill_filtered", "max_uses", "age_decay")  # beyond the paper: docs/method.md
 
 
-def refuse_options(config: ReplayConfig, engine: str) -> None:
-    """Raise ConfigError (exit 2) for the first option of OPTIONS set away from its default: for an engine
+def refuse_options(config: ReplayConfig, engine: str, names: tuple[str, ...] = OPTIONS) -> None:
+    """Raise ConfigError (exit 2) for the first option of `names` set away from its default: for an engine
     that does not implement them, so that a setting it accepts always takes effect."""
     defaults = ReplayConfig()
-    for name in OPTIONS:
+    for name in names:
         if getattr(config, name) != getattr(defaults, name):
             bad(config, name, f"{getattr(defaults, name)} (the {engine} integration does not implement {name} yet)")
 
