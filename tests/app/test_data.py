@@ -241,3 +241,29 @@ def test_a_hub_dataset_with_a_config_is_named_dataset_colon_config(monkeypatch):
     assert (p.id, p.answer, p.source) == ("openai_gsm8k_main-1", "72", "openai/gsm8k:main")
     load_problems("HuggingFaceH4/MATH-500", split="test")
     assert calls[-1] == ("HuggingFaceH4/MATH-500", None, "test")
+
+
+def test_a_numeric_answer_is_written_out_in_full_and_grades_right(tmp_path):
+    from grpo_replay.eval.grading import grade
+
+    path = tmp_path / "n.jsonl"
+    path.write_text('{"problem": "p", "answer": 1e21}\n{"problem": "q", "answer": 1.5e-7}\n'
+                    '{"problem": "r", "answer": 0.1}\n{"problem": "s", "answer": 12345678901234567890123}\n')
+    answers = [p.answer for p in load_problems(path)]
+    assert answers == ["1000000000000000000000", "0.00000015", "0.1", "12345678901234567890123"]
+    assert grade(r"\boxed{1000000000000000000000}", answers[0])
+    array = tmp_path / "n.json"
+    array.write_text('[{"problem": "p", "answer": 1E+21}]')
+    assert load_problems(array)[0].answer == "1000000000000000000000"
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_infinite_answer_is_refused(tmp_path, text):
+    path = tmp_path / "n.jsonl"
+    path.write_text('{"problem": "p", "answer": 2}\n{"problem": "q", "answer": %s}\n' % text)
+    with pytest.raises(DataError, match=f"n.jsonl:2: field 'answer' \\(our 'answer'\\) is {text}; allowed: a finite number"):
+        load_problems(path)
+    array = tmp_path / "n.json"
+    array.write_text('[{"problem": "q", "answer": %s}]' % text)
+    with pytest.raises(DataError, match=f"is {text}; allowed"):
+        load_problems(array)

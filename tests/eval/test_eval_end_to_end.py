@@ -18,11 +18,12 @@ N, KS = 4, [1, 2, 4]
 
 
 def eval_args(model_dir, bench_dir, out, *extra):
-    return [
-        "eval", "--model", str(model_dir), "--benchmarks", ",".join(BENCHMARKS), "--data-dir", str(bench_dir),
-        "--limit", "2", "--n", str(N), "--k", ",".join(map(str, KS)), "--max-new-tokens", "8",
-        "--temperature", "1.0", "--out", str(out), "--no-progress", *extra,
-    ]
+    """The command line; `extra` (flag, value pairs) replaces the default of a flag (a flag given twice is refused)."""
+    defaults = {"--benchmarks": ",".join(BENCHMARKS), "--data-dir": str(bench_dir), "--limit": "2", "--n": str(N),
+                "--k": ",".join(map(str, KS)), "--max-new-tokens": "8", "--temperature": "1.0", "--out": str(out)}
+    given = set(extra[::2])
+    return ["eval", "--model", str(model_dir), *[x for k, v in defaults.items() if k not in given for x in (k, v)],
+            "--no-progress", *extra]
 
 
 def check_consistent(res):

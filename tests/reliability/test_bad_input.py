@@ -104,8 +104,9 @@ def test_data_error_through_the_cli(reference_run, tmp_path, capsys):
 def _math_argv(tmp_path, model):
     data = tmp_path / "train.jsonl"
     data.write_text(GOOD * 4)
+    # eval_problems below the 4 rows: a data file too small to hold them out is refused before the model loads
     return ["train", "--reward", "math", "--model", str(model), "--data", str(data), "--out", str(tmp_path / "run"),
-            "--no-progress", "--device", "cpu"]
+            "--no-progress", "--device", "cpu", "--set", "eval_problems=2"]
 
 
 def test_model_path_that_does_not_exist(tmp_path, capsys):

@@ -137,8 +137,9 @@ def test_a_checkpoint_holding_a_pickled_object_is_refused(tmp_path):
     parts = _parts()
     ck = _save(tmp_path, 1, parts)
     torch.save({"optimizer": Payload(), "scheduler": {}}, ck / "optim.pt")
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(checkpoint.DamagedCheckpoint, match="optim.pt is damaged") as e:
         checkpoint.load(ck, *_parts(seed=1))
+    assert isinstance(e.value.__cause__, pickle.UnpicklingError)  # refused by weights_only, never unpickled
 
 
 def test_disk_full_while_checkpointing_stops_clearly_and_resume_works(reference_run, train_args, tmp_path, monkeypatch, capsys):

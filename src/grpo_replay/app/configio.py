@@ -73,14 +73,59 @@ def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
     return out
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
+def flatten(d: Mapping[str, Any], prefix: str = "", where: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys. A key reached twice (`replay.tau_max` written dotted and nested) is a
+    ConfigError naming it (`where` says in what), never one value silently winning."""
+    out: dict[str, Any] = {}
     for k, v in d.items():
-        if isinstance(v, Mapping):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
+        items = flatten(v, f"{prefix}{k}.", where).items() if isinstance(v, Mapping) else [(f"{prefix}{k}", v)]
+        for key, value in items:
+            if key in out:
+                raise ConfigError(f"{key} is given twice{where} (dotted and nested, or twice); give it once")
+            out[key] = value
     return out
+
+
+# YAML 1.1 (PyYAML) reads 010 as octal 8, 0x10 as 16 and 1:30 as 90, while a flag (`--steps 010`) reads 10 and
+# refuses 0x10. One loader for config files and `--set` values makes them agree: a number with leading zeros is
+# decimal, the other integer forms stay text (so an int key refuses them); and a mapping with a key twice is refused.
+_DECIMAL_INT = re.compile(r"[-+]?[0-9][0-9_]*")
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    if _DECIMAL_INT.fullmatch(text):
+        return int(text.replace("_", ""))
+    return text
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    return text if ":" in text else loader.construct_yaml_float(node)  # 1:30.5 (base 60) stays text
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise ConfigError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1}); give it once")
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+
+
+def yaml_load(text: str) -> Any:
+    """`yaml.safe_load` with the rules above (decimal leading zeros, no base 8/16/60 numbers, no repeated keys)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -88,22 +133,40 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml_load(p.read_text(encoding="utf-8"))
+    except ConfigError as e:
+        raise ConfigError(f"config file {p}: {e}") from None
     except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {p} must hold a mapping of keys to values, got {type(data).__name__}")
-    return flatten(data)
+    return flatten(data, where=f" in config file {p}")
 
 
 def parse_value(text: str) -> Any:
     """A command-line value as YAML (so 3, 0.5, null, true, [1, 2] are typed); unparsable text stays a string."""
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except (yaml.YAMLError, ValueError, RecursionError):
         return text
+
+
+def once() -> type:
+    """An argparse store action that refuses its flag given a second time (`--steps 3 --steps 5`) instead of
+    letting the last one win silently, as a key given twice by `--set` is refused."""
+    import argparse
+
+    class Once(argparse._StoreAction):
+        def __call__(self, parser, namespace, values, option_string=None):
+            seen = namespace.__dict__.setdefault("_flags_given", {})
+            if self.dest in seen:
+                parser.error(f"{option_string} is given twice ({seen[self.dest]} and {as_given(option_string, values)}); give it once")
+            seen[self.dest] = as_given(option_string, values)
+            super().__call__(parser, namespace, values, option_string)
+
+    return Once
 
 
 def as_given(flag: str, value: Any) -> str:

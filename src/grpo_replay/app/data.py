@@ -16,6 +16,7 @@ skipped instead, counted in :attr:`ProblemList.skipped` and reported with a warn
 """
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import re
@@ -214,7 +215,7 @@ def _json_array_rows(path: Path) -> Iterable[tuple[int, Any]]:
     except UnicodeDecodeError as exc:
         raise DataError(str(path), raw[: exc.start].count(b"\n") + 1,
                         f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    dec, ws = json.JSONDecoder(), re.compile(r"\s*")
+    dec, ws = json.JSONDecoder(parse_float=decimal.Decimal, parse_constant=decimal.Decimal), re.compile(r"\s*")
     seen, line = 0, 1  # lines are counted forward from the last position, never from the start again
 
     def line_at(i: int) -> int:
@@ -265,7 +266,7 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[int, Any]]:
             if not text.strip():
                 continue
             try:
-                yield line_no, json.loads(text)
+                yield line_no, json.loads(text, parse_float=decimal.Decimal, parse_constant=decimal.Decimal)
             except json.JSONDecodeError as exc:
                 yield line_no, DataError(str(path), line_no, f"invalid JSON ({exc.msg}, column {exc.colno})")
             except RecursionError:
@@ -309,9 +310,9 @@ def _to_problem(
                                 + (f"; also looked for {', '.join(map(repr, also))}" if also else "")
                                 + f"; the row has {', '.join(map(repr, list(row)[:12])) or 'no fields'}")
             continue
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float, decimal.Decimal)):
             raise DataError(where, line, f"field {theirs!r} must be a string or number, got {type(value).__name__}")
-        values[ours] = str(value)  # numeric answers (e.g. AIME integers) become strings
+        values[ours] = _number_text(value, theirs, ours, where, line) if not isinstance(value, str) else value
         if ours == "answer":
             values[ours] = _final_answer(values[ours], from_solution=theirs == "solution" and mapping[ours] == ours,
                                          where=where, line=line)
@@ -323,6 +324,16 @@ def _to_problem(
         answer=values["answer"].strip(),
         source=values.get("source", default_source),
     )
+
+
+def _number_text(value: Any, theirs: str, ours: str, where: str, line: int) -> str:
+    """A number of a row as the text a grader compares: written out in full, never in exponent form (str(1e21) is
+    '1e+21', which no \\boxed{1000000000000000000000} matches). JSON rows are parsed with their numbers as
+    Decimal, so the digits the file holds are kept; NaN and Infinity are no answer and are refused."""
+    d = value if isinstance(value, decimal.Decimal) else decimal.Decimal(repr(value) if isinstance(value, float) else value)
+    if not d.is_finite():
+        raise DataError(where, line, f"field {theirs!r} (our {ours!r}) is {value}; allowed: a finite number or a string")
+    return format(d, "f")
 
 
 def _final_answer(text: str, from_solution: bool, where: str, line: int) -> str:

@@ -7,15 +7,19 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
-from ..app.configio import int_arg
+from ..app.configio import int_arg, once
 from ..app.data import BENCHMARKS
 from ..eval.prompts import INSTRUCTION
 from ..generation import BACKENDS, SamplingParams
+from ..generation.transformers import DTYPES
 from ..eval.grading import DEFAULT_TIMEOUT
+
+LOCK = ".grpo-replay-eval.lock"  # held in --out while an evaluation runs
 
 
 def _int_list(text: str) -> list[int]:
@@ -36,51 +40,66 @@ def _name_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file")
-    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory")
+    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file", action=once())
+    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory", action=once())
     parser.add_argument(
         "--benchmarks",
+        action=once(),
         type=_name_list,
         default=list(BENCHMARKS),
         help=f"comma-separated benchmark names (known: {','.join(BENCHMARKS)}), JSONL paths or HF dataset ids",
     )
-    parser.add_argument("--n", type=int_arg, default=16, help="samples per problem (default 16)")
-    parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)")
-    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory")
-    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change")
-    parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark")
-    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)")
-    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
-    parser.add_argument("--temperature", type=float, default=SamplingParams.temperature)
-    parser.add_argument("--top-p", type=float, default=SamplingParams.top_p)
-    parser.add_argument("--max-new-tokens", type=int_arg, default=SamplingParams.max_new_tokens)
-    parser.add_argument("--seed", type=int_arg, default=0)
-    parser.add_argument("--batch-size", type=int_arg, default=8, help="problems per generation call")
+    parser.add_argument("--n", type=int_arg, default=16, help="samples per problem (default 16)", action=once())
+    parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)", action=once())
+    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory", action=once())
+    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change", action=once())
+    parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark", action=once())
+    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)", action=once())
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers", action=once())
+    parser.add_argument("--temperature", type=float, default=SamplingParams.temperature, action=once())
+    parser.add_argument("--top-p", type=float, default=SamplingParams.top_p, action=once())
+    parser.add_argument("--max-new-tokens", type=int_arg, default=SamplingParams.max_new_tokens, action=once())
+    parser.add_argument("--seed", type=int_arg, default=0, action=once())
+    parser.add_argument("--batch-size", type=int_arg, default=8, help="problems per generation call", action=once())
     parser.add_argument("--no-chat-template", action="store_true", help="feed the plain prompt, no chat template")
     parser.add_argument(
-        "--instruction", default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
+        "--instruction", action=once(), default=INSTRUCTION, help="appended to each problem; use {problem} for a full template"
     )
-    parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]")
-    parser.add_argument("--dtype", default="auto", help="transformers backend: auto|float32|bfloat16|float16")
-    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)")
-    parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer")
-    parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"))
+    parser.add_argument("--device", default="auto", help="transformers backend: auto|cpu|cuda[:i]", action=once())
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="transformers backend: auto|float32|bfloat16|float16", action=once())
+    parser.add_argument("--grade-workers", type=int_arg, default=None, help="grading processes (0: grade in this process; default: by batch size)", action=once())
+    parser.add_argument("--grade-timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per graded answer", action=once())
+    parser.add_argument("--aes-weights", type=float, nargs=3, default=(1.0, 3.0, 5.0), metavar=("ALPHA", "BETA", "GAMMA"), action=once())
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the generation cache")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..trainer.rundir import RunDirError
+
     try:
         return _run(args)
-    except (ValueError, FileNotFoundError, ImportError) as exc:
+    except (ValueError, FileNotFoundError, ImportError, RunDirError) as exc:
         print(f"grpo-replay eval: error: {exc}", file=sys.stderr)
         return 2
 
 
+def _check_out(out: Path) -> None:
+    """--out must be a directory or a new path (checked before any generation, so nothing is computed for naught)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory; give a directory for the results")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"--out {out} lies under {parent}, which is a file")
+            break
+
+
 def _run(args: argparse.Namespace) -> int:
     # Validate everything cheap before loading a model.
-    from ..eval.benchmark_report import load_results, markdown_table, write_report
-    from ..eval.harness import EvalSettings, load_benchmark, run_evaluation
+    from ..generation.transformers import check_device
+    from ..eval.benchmark_report import load_results
+    from ..eval.harness import EvalSettings, load_benchmark
 
     sampling = SamplingParams(
         n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
@@ -104,9 +123,30 @@ def _run(args: argparse.Namespace) -> int:
     baseline = load_results(args.baseline) if args.baseline else None
     for name in settings.benchmarks:  # a missing or empty benchmark fails before the model loads
         load_benchmark(name, settings.data_dir, settings.limit)
+    if args.backend == "transformers":
+        check_device(args.device)
+    _check_out(Path(args.out))
+    from ..trainer.rundir import exclusive
 
+    out = Path(args.out)
+    created = not out.exists()
+    try:
+        # One evaluation at a time per --out: two would append to one cache file and overwrite each other's results.
+        with exclusive(out, LOCK, "grpo-replay eval"):
+            return _evaluate(args, settings, baseline)
+    except BaseException:
+        if created:  # a failed first evaluation (e.g. the model does not load) leaves no empty --out behind
+            (out / LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def _evaluate(args: argparse.Namespace, settings, baseline) -> int:
     from ..generation.transformers import TransformersGenerator, load_model
     from ..generation.vllm import VLLMGenerator
+    from ..eval.benchmark_report import markdown_table, write_report
+    from ..eval.harness import run_evaluation
 
     if args.backend == "vllm":
         from transformers import AutoTokenizer

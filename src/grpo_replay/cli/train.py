@@ -30,11 +30,11 @@ FLAG_NAMES = {"out_dir": "--out", "testbed_preset": "--testbed"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..trainer.train_config import FIELDS
 
-    p.add_argument("--config", help="YAML file of config keys (nested or dotted); flags override it")
+    p.add_argument("--config", action=configio.once(), help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
         flag = FLAG_NAMES.get(name, f"--{name.replace('_', '-')}")
         aliases = ["--report_to"] if name == "report_to" else []  # TRL's spelling too
-        p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], **kw)
+        p.add_argument(flag, *aliases, dest=name, default=None, help=FIELDS[name][1], action=configio.once(), **kw)
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     p.add_argument(
         "--set",
@@ -55,17 +55,31 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return out
 
 
+def _with_run_dir_of_config(overrides: dict, config: str | None) -> dict:
+    """`--config RUN/config.yaml` without --out resumes RUN, the directory the file lives in: the out_dir inside it
+    may be relative to where the run was started, or the run may have moved since."""
+    from pathlib import Path
+
+    from ..trainer.rundir import holds_run
+
+    if not config or "out_dir" in overrides or not holds_run(Path(config).parent):
+        return overrides
+    run_dir = str(Path(config).parent).replace("{", "{{").replace("}", "}}")  # out_dir is a format template
+    return {**overrides, "out_dir": run_dir}
+
+
 def config_from_args(args: argparse.Namespace):
     """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
-    from ..trainer.train_config import resolve
+    from ..trainer.train_config import check_machine, resolve
 
     try:
-        cfg = resolve(overrides_from_args(args), args.config)
+        cfg = resolve(_with_run_dir_of_config(overrides_from_args(args), args.config), args.config)
     except configio.ConfigError:
         raise
     except (ValueError, TypeError, RecursionError) as e:
         # e.g. a YAML value the YAML parser itself rejects (`seed: 2001-13-45`) or nests too deeply
         raise configio.ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
+    check_machine(cfg)
     try:
         cfg.run_dir
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
@@ -88,11 +102,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"grpo-replay train: config error: {e}", file=sys.stderr)
         return 2
     from ..app.data import DataError
+    from ..trainer.checkpoint import NoUsableCheckpoint
     from ..trainer.stopping import CheckpointError, TrainingStopped
     from ..trainer.rundir import RunDirError
-    from ..trainer.setup import ModelLoadError
+    from ..trainer.setup import ModelLoadError, check_data_rows
 
     try:
+        if cfg.reward == "math":
+            check_data_rows(cfg)  # before the run directory is claimed or the model loads
         if cfg.backend == "trl":
             from ..trainer.trl_backend import train_with_trl
 
@@ -101,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             from ..trainer.loop import train
 
             summary = train(cfg)
-    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError) as e:
+    except (configio.ConfigError, DataError, ModelLoadError, FileNotFoundError, RunDirError, NoUsableCheckpoint) as e:
         # Bad input found while setting up (model path, data file): a message, not a traceback.
         print(f"grpo-replay train: error: {e}", file=sys.stderr)
         return 2

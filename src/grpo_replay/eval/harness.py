@@ -5,9 +5,10 @@ runner): it takes any :class:`~grpo_replay.generation.Generator` and returns the
 :mod:`grpo_replay.eval.benchmark_report` writes out.
 
 Cache: ``<cache_dir>/<benchmark>-<fingerprint>.jsonl`` holds one line per generated problem (its id, prompt,
-completions and token counts), appended batch by batch. The fingerprint covers the model (path and file
-times), backend, sampling parameters and prompt settings, so changing any of them starts a fresh file; an
-interrupted evaluation resumes with only the missing problems.
+completions and token counts), appended batch by batch. The fingerprint covers the model (its path, and the
+content of a single model file or the sizes and times of a directory's files), backend, sampling parameters and
+prompt settings, so changing any of them starts a fresh file; an interrupted evaluation resumes with only the
+missing problems. Each benchmark has its own label (`benchmark_labels`) and so its own cache file.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class EvalSettings:
     def validate(self) -> None:
         if not self.benchmarks:
             raise ValueError("benchmarks: at least one benchmark is required")
+        benchmark_labels(self.benchmarks)  # the same one twice is refused
         bad = [k for k in self.ks if k < 1 or k > self.sampling.n]
         if bad:
             raise ValueError(f"k values {bad} are invalid: each k must satisfy 1 <= k <= n={self.sampling.n}")
@@ -83,6 +85,34 @@ def benchmark_label(name: str) -> str:
     return Path(name).stem if name.endswith(".jsonl") else name
 
 
+def benchmark_labels(names: Sequence[str]) -> list[str]:
+    """One distinct label per benchmark: its short label, or, where two would share one (a/test.jsonl and
+    b/test.jsonl), as many trailing path parts as tell them apart (a/test, b/test). The label keys the results
+    and names the cache file, so a shared one would drop a benchmark. The same benchmark given twice is refused."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = os.path.abspath(name) if os.path.exists(name) else name
+        if key in seen:
+            raise ValueError(f"benchmarks: {name!r} is given twice ({seen[key]!r} and {name!r}); give it once")
+        seen[key] = name
+    short = [benchmark_label(n) for n in names]
+    parts = [Path(os.path.abspath(n)).with_suffix("").parts if n.endswith(".jsonl") else (n,) for n in names]
+    labels = list(short)
+    for i, label in enumerate(short):
+        clash = [j for j, other in enumerate(short) if other == label and j != i]
+        if not clash:
+            continue
+        depth = 1
+        while depth < len(parts[i]) and any(parts[j][-depth - 1:] == parts[i][-depth - 1:] for j in clash):
+            depth += 1
+        labels[i] = "/".join(parts[i][-depth - 1:])
+    return labels
+
+
+def _cache_name(label: str) -> str:
+    return label.replace("/", "__")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Generation with cache
 
@@ -90,8 +120,15 @@ def benchmark_label(name: str) -> str:
 def fingerprint(model_id: str, backend: str, settings: EvalSettings) -> str:
     """12 hex digits identifying (model version, backend, sampling and prompt settings)."""
     stamp: Any = None
-    if os.path.isdir(model_id):  # retraining into the same directory must not reuse old generations
-        stamp = sorted((f.name, int(f.stat().st_mtime)) for f in Path(model_id).iterdir() if f.is_file())
+    if os.path.isfile(model_id):
+        # One file (GGUF): its content, so a file replaced at the same path (mtime kept or not) is noticed.
+        from ..app.models import sha256_file
+
+        stamp = sha256_file(Path(model_id))
+    elif os.path.isdir(model_id):  # retraining into the same directory must not reuse old generations
+        root = Path(model_id)
+        stamp = sorted((str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+                       for f in root.rglob("*") if f.is_file())
     key = {
         "model": os.path.abspath(model_id) if os.path.exists(model_id) else model_id,
         "model_files": stamp,
@@ -266,11 +303,10 @@ def run_evaluation(
         },
         "benchmarks": {},
     }
-    for name in settings.benchmarks:
-        label = benchmark_label(name)
+    for name, label in zip(settings.benchmarks, benchmark_labels(settings.benchmarks)):
         problems = load_benchmark(name, settings.data_dir, settings.limit)
         prompts = [build_prompt(p.problem, tokenizer, settings.instruction, settings.use_chat_template) for p in problems]
-        cache_path = Path(cache_dir) / f"{label}-{fp}.jsonl" if cache_dir else None
+        cache_path = Path(cache_dir) / f"{_cache_name(label)}-{fp}.jsonl" if cache_dir else None
         completions, stats = generate_benchmark(generator, problems, prompts, settings, cache_path, desc=label)
         row = score_benchmark(problems, completions, settings, desc=f"grading {label}")
         row["cache"] = stats

@@ -198,6 +198,35 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
         raise ValueError(
             f"--model {model}: not a causal LM (config type {type(config).__name__}); {exc}"
         ) from exc
-    tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as exc:  # no weights file (OSError), a truncated one (safetensors' own error), ...
+        raise ValueError(f"--model {model}: has a config but its weights cannot be loaded: {_first_line(exc)}") from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as exc:
+        raise ValueError(f"--model {model}: has no loadable tokenizer: {_first_line(exc)}") from exc
     lm.to(device).eval()
     return lm, tokenizer
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_device(device: str) -> None:
+    """Refuse a --device this machine cannot use, before the model loads: auto | cpu | cuda | cuda:INDEX."""
+    import torch
+
+    if device in ("auto", "cpu"):
+        return
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ValueError(f"--device {device!r} is invalid; allowed: auto, cpu, cuda, cuda:INDEX")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: no CUDA device is available here; allowed here: auto, cpu")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                         f"allowed: cuda:0..cuda:{torch.cuda.device_count() - 1}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

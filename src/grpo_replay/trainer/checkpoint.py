@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,6 +24,7 @@ from ..buffer import ReplayBuffer
 
 DONE = "trainer_state.json"  # written last: its presence marks a complete checkpoint
 DRIFT = "drift.safetensors"  # the drift probe and its kept log-probs (TrainConfig.drift_probe > 0)
+CONFIG = "config.yaml"  # the config the checkpoint was made with
 
 
 def _fsync_dir(path: Path) -> None:
@@ -48,6 +51,19 @@ def _py_state() -> list:
     return [v, list(state), gauss]
 
 
+def _torch_save(obj: Any, path: Path) -> None:
+    # Through a Python file object: given a path, torch's own writer reports a full disk as a RuntimeError
+    # ("unexpected pos ..."), where a Python write raises OSError(ENOSPC), which the trainer explains.
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def _os_error(e: Exception) -> OSError | None:
+    """The OSError inside a safetensors error (its message ends in "(os error 28)" for a full disk), if any."""
+    m = re.search(r"\(os error (\d+)\)", str(e))
+    return OSError(int(m.group(1)), os.strerror(int(m.group(1)))) if m else None
+
+
 def save(
     run_dir: Path,
     step: int,
@@ -60,26 +76,23 @@ def save(
     trainer_state: dict[str, Any],
     keep: int = 2,
     drift=None,
+    config_yaml: Optional[str] = None,
 ) -> Path:
-    """Write checkpoint `step` (the number of completed steps) atomically; prune older ones."""
+    """Write checkpoint `step` (the number of completed steps) atomically; prune older ones. `config_yaml`, the
+    run's config, is stored with it, so a resume is checked against the config the checkpoint was made with."""
     final = run_dir / f"ckpt-{step:06d}"
     tmp = run_dir / f"ckpt-{step:06d}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp / "model")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
-        torch.save({"cpu": torch.get_rng_state(), "cuda": _cuda_states()}, tmp / "torch_rng.pt")
-        buffer.save(tmp / "buffer")
-        (tmp / "rng.json").write_text(json.dumps(rng_state(prompt_rng)))
-        if drift is not None:
-            from safetensors.torch import save_file
-
-            save_file(drift.state_dict(), str(tmp / DRIFT))
-        (tmp / DONE).write_text(json.dumps({"step": step, **trainer_state}))
+        try:
+            _write(tmp, step, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, trainer_state, drift, config_yaml)
+        except Exception as e:
+            os_error = None if isinstance(e, OSError) else _os_error(e)
+            if os_error is None:
+                raise
+            raise os_error from e
         _fsync_tree(tmp)
         _fsync_dir(tmp)
         if final.exists():
@@ -92,6 +105,24 @@ def save(
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _write(tmp: Path, step: int, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, trainer_state, drift,
+           config_yaml) -> None:
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "model")
+    _torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
+    _torch_save({"cpu": torch.get_rng_state(), "cuda": _cuda_states()}, tmp / "torch_rng.pt")
+    buffer.save(tmp / "buffer")
+    (tmp / "rng.json").write_text(json.dumps(rng_state(prompt_rng)))
+    if drift is not None:
+        from safetensors.torch import save_file
+
+        save_file(drift.state_dict(), str(tmp / DRIFT))
+    if config_yaml is not None:
+        (tmp / CONFIG).write_text(config_yaml)
+    (tmp / DONE).write_text(json.dumps({"step": step, **trainer_state}))
 
 
 def _cuda_states() -> list[torch.Tensor]:
@@ -110,31 +141,97 @@ def latest(run_dir: Path) -> Optional[Path]:
     return ckpts[-1] if ckpts else None
 
 
+class DamagedCheckpoint(ValueError):
+    """A file of a complete-looking checkpoint cannot be read (truncated, not JSON, ...); names the file."""
+
+    def __init__(self, file: Path, reason: str):
+        self.file = file
+        parts = file.parts
+        start = max((i for i, part in enumerate(parts) if part.startswith("ckpt-")), default=len(parts) - 1)
+        self.name = "/".join(parts[start:])  # e.g. ckpt-000004/model/model.safetensors
+        super().__init__(f"{self.name} is damaged ({reason})")
+
+
+def _read(file: Path, read):
+    """read(file), any failure to read it a DamagedCheckpoint naming the file."""
+    try:
+        return read(file)
+    except Exception as e:  # safetensors, torch's zip reader, json and numpy each raise their own kinds
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise DamagedCheckpoint(file, f"{type(e).__name__}: {first[:200]}") from e
+
+
+def saved_config(path: Path) -> Optional[str]:
+    """The config.yaml text checkpoint `path` was made with (None for a checkpoint made before they carried one)."""
+    f = path / CONFIG
+    return _read(f, lambda p: p.read_text(encoding="utf-8")) if f.exists() else None
+
+
 def load(
     path: Path, model, optimizer, scheduler, buffer: ReplayBuffer, prompt_rng: np.random.Generator, drift=None
 ) -> dict[str, Any]:
-    """Restore everything `save` wrote into the given live objects; returns the trainer state."""
+    """Restore everything `save` wrote into the given live objects; returns the trainer state. Every file is read
+    before anything is restored, so a DamagedCheckpoint (naming the file) leaves the live objects as they were."""
     from safetensors.torch import load_file
 
-    weights = load_file(str(path / "model" / "model.safetensors"))
+    def torch_load(p: Path):
+        return torch.load(p, weights_only=True)
+
+    weights = _read(path / "model" / "model.safetensors", lambda p: load_file(str(p)))
+    opt = _read(path / "optim.pt", torch_load)
+    rng = _read(path / "torch_rng.pt", torch_load)
+    loaded = _read(path / "buffer", lambda p: ReplayBuffer.load(p, config=buffer.config))
+    states = _read(path / "rng.json", lambda p: json.loads(p.read_text()))
+    drift_state = _read(path / DRIFT, lambda p: load_file(str(p))) if drift is not None and (path / DRIFT).is_file() else None
+    trainer_state = _read(path / DONE, lambda p: json.loads(p.read_text()))
+    if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
+        raise DamagedCheckpoint(path / DONE, "no step in it")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # Tied embeddings are saved once; anything else missing means a different model.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    opt = torch.load(path / "optim.pt", weights_only=True)
-    optimizer.load_state_dict(opt["optimizer"])
-    scheduler.load_state_dict(opt["scheduler"])
-    rng = torch.load(path / "torch_rng.pt", weights_only=True)
-    torch.set_rng_state(rng["cpu"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    loaded = ReplayBuffer.load(path / "buffer", config=buffer.config)
+    _read(path / "optim.pt", lambda p: (optimizer.load_state_dict(opt["optimizer"]), scheduler.load_state_dict(opt["scheduler"])))
+
+    def set_rngs(p: Path) -> None:
+        torch.set_rng_state(rng["cpu"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    _read(path / "torch_rng.pt", set_rngs)
     buffer.__dict__.update(loaded.__dict__)
-    states = json.loads((path / "rng.json").read_text())
-    prompt_rng.bit_generator.state = states["numpy_prompt"]
-    v, st, gauss = states["python"]
-    random.setstate((v, tuple(st), gauss))
-    if drift is not None and (path / DRIFT).is_file():
-        drift.load_state_dict(load_file(str(path / DRIFT)))
-    return json.loads((path / DONE).read_text())
+
+    def set_py_rngs(p: Path) -> None:
+        prompt_rng.bit_generator.state = states["numpy_prompt"]
+        v, st, gauss = states["python"]
+        random.setstate((v, tuple(st), gauss))
+
+    _read(path / "rng.json", set_py_rngs)
+    if drift_state is not None:
+        drift.load_state_dict(drift_state)
+    return trainer_state
+
+
+class NoUsableCheckpoint(ValueError):
+    """Every checkpoint of a run directory is damaged: the run cannot resume (a rerun would fail the same way)."""
+
+
+def load_latest(run_dir: Path, *live, drift=None) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
+    """`load` the newest checkpoint that reads back whole, warning about each newer damaged one (naming its file);
+    (None, None) without checkpoints. `live` are `load`'s model, optimizer, scheduler, buffer and prompt_rng."""
+    damaged: list[DamagedCheckpoint] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            state = load(path, *live, drift=drift)
+        except DamagedCheckpoint as e:
+            damaged.append(e)
+            continue
+        for e in damaged:
+            print(f"grpo-replay: warning: {e}; resuming from {path.name}, the newest complete checkpoint", file=sys.stderr,
+                  flush=True)
+        return path, state
+    if damaged:
+        raise NoUsableCheckpoint(
+            f"every checkpoint in {run_dir} is damaged: {'; '.join(map(str, damaged))}. Nothing can resume from them: "
+            f"delete them to start the run over, or give another --out")
+    return None, None

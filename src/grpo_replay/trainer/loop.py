@@ -58,6 +58,7 @@ from .drift_bound import DriftBound, drift_metrics
 from .evaluation import evaluate
 from ..generation.transformers import TransformersGenerator
 from .logprobs import token_logps
+from .memory import check_step_memory
 from .rewards import RewardScorer
 from .setup import build_policy
 from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
@@ -138,7 +139,9 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)
-    model, tokenizer, task, setup_info = build_policy(cfg, _device(cfg.device))
+    device = _device(cfg.device)
+    model, tokenizer, task, setup_info = build_policy(cfg, device)
+    check_step_memory(cfg, model, cfg.completion_budget(), device)  # before the first large allocation
     # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
     # loads (build_policy is deterministic, so a resumed run gets the same reference).
     ref_model = _frozen_copy(model) if cfg.loss.beta > 0 else None
@@ -180,9 +183,10 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
 def resume(run: Run) -> None:
     """Load the latest checkpoint if any, trim the logs to it, open the trackers, evaluate the start once."""
     run.state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
-    ckpt = checkpoint.latest(run.run_dir)
+    ckpt, state = checkpoint.load_latest(run.run_dir, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng,
+                                         drift=run.drift)
     if ckpt is not None:
-        run.state = checkpoint.load(ckpt, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng, drift=run.drift)
+        run.state = state
         run.start = run.state.pop("step")
         print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
         run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
@@ -274,7 +278,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
                         optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng,
-                        drift=run.drift)
+                        drift=run.drift, config_yaml=cfg.to_yaml())
     if interrupted and not stop:
         run.tracker.close()
         raise TrainingInterrupted(
@@ -316,12 +320,12 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
 
 def save_checkpoint(
     run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng,
-    drift: DriftProbe | None = None,
+    drift: DriftProbe | None = None, config_yaml: str | None = None,
 ) -> None:
     """`checkpoint.save`, with an OSError (e.g. disk full) turned into a CheckpointError that says what to do."""
     try:
         checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep,
-                        drift=drift)
+                        drift=drift, config_yaml=config_yaml)
     except OSError as e:
         prev = checkpoint.latest(run_dir)
         intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
@@ -341,7 +345,11 @@ def finish(run: Run) -> dict[str, Any]:
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from ..plotting.training import plot_run
 
-    plot_run(run.run_dir)
+    try:
+        plot_run(run.run_dir)
+    except OSError as e:  # e.g. a full disk: the run itself is complete, a rerun only redraws the plots
+        raise TrainingStopped(f"writing the plots into {run.run_dir} failed: {e.strerror or e}; the run is complete "
+                              f"(summary.json). Free disk space, then rerun the same command to write them.") from e
     return summary
 
 

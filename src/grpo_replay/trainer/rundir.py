@@ -6,8 +6,9 @@
     a directory with anyone else's files is never written into;
   - one run at a time: `.grpo-replay.lock` is locked (flock) for the run's life and names the holder's pid;
     the kernel drops the lock when its process dies, so the lock of a killed run is taken over;
-  - resuming a run with results (a checkpoint or a summary): the requested config must equal the run's own
-    config.yaml except for `RESUMABLE_KEYS`; otherwise nothing is written and the error lists the keys that differ.
+  - resuming a run with results (a checkpoint or a summary): the requested config must equal the config the run
+    was made with (the one its newest checkpoint carries, else its config.yaml; a run with neither is refused)
+    except for `RESUMABLE_KEYS`; otherwise nothing is written and the error lists the keys that differ.
 Only then is config.yaml (re)written.
 """
 from __future__ import annotations
@@ -107,18 +108,13 @@ def _check_resume(cfg, run_dir: Path) -> int:
     from .checkpoint import latest
     from .train_config import resolve
 
-    path = run_dir / "config.yaml"
     ckpt = latest(run_dir)
     has_results = (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()
                    or any(run_dir.glob("checkpoint-*")))  # TRL's own checkpoints (--backend trl with a real model)
-    if not path.is_file() or not has_results:
+    if not has_results:
         # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
         return 0
-    try:
-        saved = resolve(yaml_path=str(path))
-    except (configio.ConfigError, ValueError, TypeError, RecursionError) as e:
-        raise RunDirError(f"{run_dir} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
-    diff = config_diff(saved, cfg)
+    diff = config_diff(_saved_config(run_dir), cfg)
     if diff:
         lines = "\n".join(f"  {k}: {old!r} (run) -> {new!r} (requested)" for k, (old, new) in diff.items())
         raise RunDirError(
@@ -133,6 +129,39 @@ def _check_resume(cfg, run_dir: Path) -> int:
             f"allowed: steps >= {done} (or --out NEWDIR for a new run)"
         )
     return done
+
+
+def _saved_config(run_dir: Path):
+    """The config a run with results was made with: the one its newest readable checkpoint carries (what a resume
+    continues), else its config.yaml; a run with neither is refused, since a resume could not be checked."""
+    from .checkpoint import CONFIG, DamagedCheckpoint, list_checkpoints, saved_config
+    from .train_config import resolve
+
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        try:
+            text = saved_config(ckpt)
+        except DamagedCheckpoint:
+            continue  # the resume falls back past it too, and names it
+        if text is not None:
+            try:
+                return resolve(configio.flatten(configio.yaml_load(text)))
+            except (configio.ConfigError, ValueError, TypeError, RecursionError, AttributeError):
+                continue
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise RunDirError(
+            f"{run_dir} holds a run's results but no config.yaml (and no checkpoint carrying its {CONFIG}), so a resume "
+            f"cannot be checked against the config it was made with; restore {path} or give another --out")
+    try:
+        return resolve(yaml_path=str(path))
+    except (configio.ConfigError, ValueError, TypeError, RecursionError) as e:
+        raise RunDirError(f"{run_dir} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
+
+
+def holds_run(directory: Path) -> bool:
+    """Whether `directory` is a grpo-replay run directory (marked, or only grpo-replay's files with a config.yaml)."""
+    return directory.is_dir() and ((directory / MARKER).is_file()
+                                   or ((directory / "config.yaml").is_file() and not _foreign_files(directory)))
 
 
 def _refuse_foreign(run_dir: Path) -> None:

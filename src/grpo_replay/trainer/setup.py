@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..app import configio
 from ..errors import UsageError
 from .train_config import TrainConfig
 
@@ -22,10 +23,34 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
         # VLLMGenerator builds its engine from the model's path, which for GGUF is a folder without a checkpoint.
         raise ModelLoadError("TrainConfig.generator='vllm' cannot serve a GGUF checkpoint here; allowed with GGUF: transformers")
     model, tokenizer = load_causal_lm(cfg.model, device, model_file=cfg.model_file)
+    from ..app.data import DataError
     from ..tasks.math import MathTask
 
-    task = MathTask(tokenizer, cfg.data, heldout_data=cfg.heldout_data, n_heldout=cfg.eval_problems)
+    try:
+        task = MathTask(tokenizer, cfg.data, heldout_data=cfg.heldout_data, n_heldout=cfg.eval_problems)
+    except DataError:
+        raise
+    except ValueError as e:  # e.g. a hub dataset, not checked above, too small to hold eval_problems out
+        raise configio.ConfigError(f"TrainConfig.data={cfg.data!r}: {e}") from None
     return model, tokenizer, task, {"model": cfg.model, "data": cfg.data, "train_prompts": len(task.train)}
+
+
+def check_data_rows(cfg: TrainConfig) -> None:
+    """A local --data file without heldout_data must leave rows to train on after its last eval_problems rows are
+    held out. The command checks it before the run directory is claimed or the model loads (a hub dataset is
+    checked when MathTask loads it)."""
+    from ..app.data import load_problems
+    from ..tasks.word_sums import is_word_sums
+
+    if cfg.heldout_data or is_word_sums(cfg.data) or not Path(cfg.data).exists():
+        return
+    n = len(load_problems(cfg.data, split="train"))
+    if n <= cfg.eval_problems:
+        raise configio.ConfigError(
+            f"TrainConfig.eval_problems={cfg.eval_problems} is invalid with TrainConfig.data={cfg.data!r}, which has "
+            f"{n} row(s): the last eval_problems rows are held out, leaving none to train on; allowed: "
+            + (f"eval_problems <= {n - 1}" if n > 1 else "a data file of at least 2 rows")
+            + ", or TrainConfig.heldout_data for a separate held-out set")
 
 
 class ModelLoadError(UsageError):

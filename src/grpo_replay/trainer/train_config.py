@@ -22,6 +22,9 @@ BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
+# np.random.seed (used by transformers' set_seed under --backend trl) takes 0..2**32-1; the run adds small offsets
+# (evaluation, drift probe) to its seed, so the top of the range is left free.
+MAX_SEED = 2**31 - 1
 
 
 @dataclass
@@ -123,6 +126,8 @@ class TrainConfig:
                 f"TrainConfig.testbed_preset={self.testbed_preset!r} is the {named_task} task but testbed.task="
                 f"{self.testbed.task!r}; build it with resolve() (--testbed) or testbed=TestbedConfig.{self.testbed_preset}()"
             )
+        if not 0 <= self.seed <= MAX_SEED:
+            configio.bad(self, "seed", f"an integer in 0..{MAX_SEED} (numpy and transformers' set_seed take no other)")
         for name in ("steps", "prompts_per_step", "eval_problems", "eval_samples", "max_bad_steps"):
             if getattr(self, name) < 1:
                 configio.bad(self, name, "an integer >= 1")
@@ -198,6 +203,24 @@ class TrainConfig:
 
 
 FIELDS = configio.flat_fields(TrainConfig)
+
+
+def check_machine(cfg: TrainConfig) -> None:
+    """Refuse, before any compute, settings this machine cannot run (a valid config.yaml may come from another
+    machine, so this is not part of TrainConfig's own validation)."""
+    import importlib.util
+
+    import torch
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise configio.ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed here: auto, cpu")
+    if cfg.generator == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise configio.ConfigError(
+                "TrainConfig.generator='vllm' needs vLLM, which is not installed (pip install vllm; GPU only); "
+                "allowed here: transformers")
+        if cfg.device == "cpu" or not torch.cuda.is_available():
+            raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device; allowed here: transformers")
 
 
 def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:

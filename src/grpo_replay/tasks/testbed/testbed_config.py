@@ -7,6 +7,7 @@ from typing import Optional
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,12 +241,37 @@ def _validate(cfg: TestbedConfig) -> None:
             raise ValueError("three_operand_prob is an addition-task option; running_sum sets operands_min/max")
     elif len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
         raise ValueError("difficulty_weights needs one weight per level digits_min..digits_max")
+    _validate_ranges(cfg)
     if cfg.model_type not in ("llama", "qwen2"):
         raise ValueError("model_type must be 'llama' or 'qwen2'")
     if not 0.0 <= cfg.target_pass_low <= cfg.target_pass_high <= 1.0:
         raise ValueError("bad target pass-rate window")
     if cfg.warmstart_max_seconds is not None and not cfg.warmstart_max_seconds > 0:
         raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
+
+
+def _bad(cfg: TestbedConfig, name: str, allowed: str) -> None:
+    raise ValueError(f"TestbedConfig.{name}={getattr(cfg, name)!r} is invalid; allowed: {allowed}")
+
+
+def _validate_ranges(cfg: TestbedConfig) -> None:
+    """The values the task and model cannot use (each would otherwise fail mid-run, deep in numpy or transformers)."""
+    w = cfg.difficulty_weights
+    if not all(math.isfinite(x) and x >= 0 for x in w) or sum(w) <= 0:
+        _bad(cfg, "difficulty_weights", "finite weights >= 0, at least one > 0")
+    if not 0.0 <= cfg.three_operand_prob < 1.0:
+        _bad(cfg, "three_operand_prob", "a number in [0, 1)")
+    if not cfg.working_prob or not all(0.0 <= x <= 1.0 for x in cfg.working_prob):
+        _bad(cfg, "working_prob", "a non-empty list of probabilities in [0, 1] (one per level; the last is reused)")
+    if cfg.heldout_mod < 1:
+        _bad(cfg, "heldout_mod", "an integer >= 1 (a prompt is held out when its hash is 0 mod this)")
+    if cfg.max_new_tokens < 1:
+        _bad(cfg, "max_new_tokens", "an integer >= 1")
+    for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+        if getattr(cfg, name) < 1:
+            _bad(cfg, name, "an integer >= 1")
+    if cfg.hidden_size % cfg.num_heads:
+        _bad(cfg, "num_heads", f"a divisor of hidden_size={cfg.hidden_size} (each head gets hidden_size / num_heads)")
 
 
 # The tiny testbed (`grpo-replay compare --quick` and the test suite's), as `--set` keys: 1-digit sums, width 32, an 80-step warm start reaching about 12 %

@@ -1,0 +1,147 @@
+"""Settings that used to end in a traceback (exit 1, which means "rerun to resume") are refused with exit 2 before
+any compute, naming the field; a flag or key given twice is refused; numbers read the same from a flag, --set and
+a config file."""
+import importlib.util
+
+import pytest
+import torch
+
+from grpo_replay.app import configio
+from grpo_replay.cli import main
+
+TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
+
+
+def _refused(argv, out, capsys, *needles):
+    with pytest.raises(SystemExit) as e:  # argparse refuses some; the command refuses the rest
+        raise SystemExit(main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for n in needles:
+        assert n in err, err
+    assert "Traceback" not in err
+    assert not out.exists()  # nothing computed or written
+    return err
+
+
+@pytest.mark.parametrize("extra, shown", [
+    (["--seed", "-1"], "TrainConfig.seed=-1 is invalid; allowed: an integer in 0..2147483647"),
+    (["--seed", "-1", "--backend", "trl"], "TrainConfig.seed=-1 is invalid"),
+    (["--seed", "4294967296"], "TrainConfig.seed=4294967296 is invalid"),
+    (["--set", "testbed.difficulty_weights=[0,0,0,0]"], "TestbedConfig.difficulty_weights=(0.0, 0.0, 0.0, 0.0) is invalid"),
+    (["--set", "testbed.working_prob=[]"], "TestbedConfig.working_prob=() is invalid; allowed: a non-empty list"),
+    (["--set", "testbed.heldout_mod=0"], "TestbedConfig.heldout_mod=0 is invalid; allowed: an integer >= 1"),
+    (["--set", "testbed.num_heads=3"], "TestbedConfig.num_heads=3 is invalid; allowed: a divisor of hidden_size=128"),
+    (["--set", "testbed.max_new_tokens=0"], "TestbedConfig.max_new_tokens=0 is invalid; allowed: an integer >= 1"),
+])
+def test_settings_that_crashed_mid_run_are_refused_naming_the_field(extra, shown, tmp_path, capsys):
+    out = tmp_path / "run"
+    _refused(["train", *TINY, *extra, "--out", str(out)], out, capsys, "config error: " + shown)
+
+
+def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _refused(["train", *TINY, "--device", "cuda", "--out", str(out)], out, capsys,
+             "TrainConfig.device='cuda' but no CUDA device is available here; allowed here: auto, cpu")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+             "TrainConfig.generator='vllm' needs vLLM, which is not installed")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+             "TrainConfig.generator='vllm' needs a CUDA device")
+
+
+# --- given twice -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, shown", [
+    (["--steps", "3", "--steps", "5"], "--steps is given twice (--steps 3 and --steps 5)"),
+    (["--seed", "1", "--seed", "2"], "--seed is given twice (--seed 1 and --seed 2)"),
+    (["--out", "a", "--out", "b"], "--out is given twice (--out a and --out b)"),
+    (["--preset", "grpo", "--preset", "paper"], "--preset is given twice (--preset grpo and --preset paper)"),
+    (["--report-to", "none", "--report_to", "tensorboard"], "--report_to is given twice (--report-to none and --report_to tensorboard)"),
+])
+def test_a_train_flag_given_twice_is_refused(argv, shown, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(["train", *argv], tmp_path / "runs", capsys, shown + "; give it once")
+
+
+def test_an_eval_flag_given_twice_is_refused(tmp_path, capsys):
+    _refused(["eval", "--model", "m", "--n", "2", "--n", "4", "--out", str(tmp_path / "e")], tmp_path / "e", capsys,
+             "--n is given twice (--n 2 and --n 4); give it once")
+
+
+def test_an_integer_with_leading_zeros_reads_the_same_from_a_flag_set_and_a_file(tmp_path):
+    from grpo_replay.trainer.train_config import resolve
+
+    assert configio.int_arg("010") == 10
+    assert resolve({"steps": configio.parse_value("010")}).steps == 10  # YAML 1.1 alone reads octal 8
+    f = tmp_path / "c.yaml"
+    f.write_text("steps: 010\nreplay:\n  tau_max: 0_7\n")
+    cfg = resolve(yaml_path=str(f))
+    assert (cfg.steps, cfg.replay.tau_max) == (10, 7)
+    # the other YAML 1.1 integer forms a flag refuses are refused for an int key too (they stay text)
+    for text in ("0x10", "0b11", "1:30"):
+        with pytest.raises(configio.ConfigError, match="has the wrong type; expected int"):
+            resolve({"steps": configio.parse_value(text)})
+
+
+def test_a_config_file_with_a_key_twice_or_dotted_and_nested_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    f = tmp_path / "c.yaml"
+    f.write_text("steps: 3\nsteps: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'steps' is given twice (line 2)")
+    f.write_text("replay.tau_max: 3\nreplay:\n  tau_max: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "replay.tau_max is given twice in config file")
+    f.write_text("replay:\n  tau_max: 3\n  tau_max: 5\n")
+    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'tau_max' is given twice (line 3)")
+
+
+# --- memory that cannot fit -------------------------------------------------------------------------------------
+@pytest.fixture
+def no_generation(monkeypatch):
+    """Fail at once if a step starts generating: the refused settings must never run (their memory would not fit)."""
+    from grpo_replay.generation.transformers import TransformersGenerator
+
+    monkeypatch.setattr(TransformersGenerator, "sample", lambda *a, **k: pytest.fail("a step started generating"))
+
+
+def test_a_step_too_large_for_memory_is_refused_with_the_estimate(train_args, tmp_path, monkeypatch, capsys, no_generation):
+    from grpo_replay.trainer import memory
+
+    out = tmp_path / "run"
+    assert main(train_args(out, group_size=10**9)) == 2  # exabytes: too large on any machine
+    err = capsys.readouterr().err
+    assert "TrainConfig.prompts_per_step=8 x group_size=1000000000 = 8000000000 rows per step needs at least" in err
+    assert "allowed: fewer rows per step (prompts_per_step x group_size)" in err and "Traceback" not in err
+    assert not list(out.glob("ckpt-*")) and not (out / "metrics.jsonl").exists()
+    # the issue's setting, on a machine with 1 GiB available
+    monkeypatch.setattr(memory, "_available_bytes", lambda device: 2**30)
+    assert main(train_args(out, group_size=100_000)) == 2
+    assert "), but cpu has 1.0 GiB available" in capsys.readouterr().err
+
+
+def test_step_memory_estimate_counts_kv_cache_and_update_logits():
+    from types import SimpleNamespace
+
+    from grpo_replay.trainer.memory import step_bytes
+
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    got = step_bytes(cfg, rows=10, update_rows=5, completion=8, elem=2)  # bf16: KV cache in 2 bytes, logits + fp32 copy
+    assert got == {"generation": 10 * 2 * 2 * 8 * 32 * 2, "update": 5 * 8 * (100 * (2 + 4) + 2 * 64 * 2)}
+
+
+def test_a_data_file_too_small_to_hold_eval_problems_out_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from grpo_replay.trainer import setup
+
+    monkeypatch.setattr(setup, "load_causal_lm", lambda *a, **k: pytest.fail("the model loaded"))
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    out = tmp_path / "run"
+    argv = ["train", "--reward", "math", "--model", str(tmp_path), "--data", str(data), "--out", str(out),
+            "--no-progress", "--device", "cpu", "--set", "eval_problems=8"]
+    _refused(argv, out, capsys, f"TrainConfig.eval_problems=8 is invalid with TrainConfig.data='{data}', which has 1 row(s)",
+             "allowed: a data file of at least 2 rows, or TrainConfig.heldout_data")
+    data.write_text("".join(
+        '{"problem": "%d+1?", "answer": "%d"}\n' % (i, i + 1) for i in range(5)))
+    _refused(argv, out, capsys, "which has 5 row(s)", "allowed: eval_problems <= 4")
