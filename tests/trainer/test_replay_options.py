@@ -64,3 +64,23 @@ def test_trl_backend_refuses_the_options_before_any_compute(tmp_path, capsys, se
     err = capsys.readouterr().err
     assert f"ReplayConfig.{field}=" in err and "the TRL integration does not implement" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("replay.max_drift=0", "ReplayConfig.max_drift=0.0 is invalid; allowed: a finite number > 0 or None"),
+    ("replay.max_uses=0", "ReplayConfig.max_uses=0 is invalid; allowed: an integer >= 1 or None"),
+    ("replay.age_decay=-2", "ReplayConfig.age_decay=-2.0 is invalid; allowed: a finite number > 0 or None"),
+    ("replay.fill_filtered=1", "replay.fill_filtered=1 has the wrong type"),
+])
+def test_bad_option_values_exit_2_before_any_compute(tmp_path, capsys, setting, message):
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), "--no-progress", "--set", setting]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_fill_filtered_with_pool_exits_2(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["train", "--out", str(out), "--no-progress", "--preset", "sigma_pool", "--set", "replay.fill_filtered=true"]) == 2
+    assert "ReplayConfig.fill_filtered=True is invalid; allowed: false with composition='pool'" in capsys.readouterr().err
+    assert not out.exists()

@@ -62,6 +62,13 @@ class DriftBound:
         return {"drift": torch.cat(self.drift), "drift_dropped": torch.cat(self.dropped)}
 
 
+def evict_drifted(buffer, update: RolloutBatch, stats: Optional[dict[str, Any]]) -> int:
+    """Evict from `buffer` the replayed rows of `update` that its update dropped (by their `buffer_seq`)."""
+    if stats is None or "drift_dropped" not in stats or not bool(stats["drift_dropped"].any()):
+        return 0
+    return buffer.evict_rows(update.buffer_seq[stats["drift_dropped"]])
+
+
 def drift_metrics(batch: RolloutBatch, stats: Optional[dict[str, Any]]) -> dict[str, Any]:
     """replay/drift_dropped (rows masked out and evicted: 0 in a step without an update), replay/drift_mean
     and replay/drift_max (over the replayed rows, when the update had some) of one step under max_drift."""
