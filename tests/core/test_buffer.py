@@ -269,3 +269,15 @@ def test_replay_rows_carry_their_insertion_number_and_evict_rows_removes_exactly
     buf.add(make_batch(1, 2, step=1, seed=5), 1)  # reuses the freed slots under new insertion numbers
     assert buf.evict_rows(seqs[:2]) == 0 and len(buf) == 8
     assert buf.total_added == len(buf) + buf.total_evicted_age + buf.total_evicted_capacity + buf.total_evicted_drift
+
+
+def test_age_decay_weighs_whole_groups_too():
+    buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0, tau_max=None, age_decay=0.01), seed=0)
+    for t in range(4):
+        buf.add(make_batch(2, 4, step=t, seed=t), t)
+    drawn = buf.sample(8, 4)  # two whole groups: the youngest two, born at step 3
+    assert len(drawn) == 8 and drawn.birth_step.tolist() == [3] * 8
+    plain = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0, tau_max=None), seed=0)
+    for t in range(4):
+        plain.add(make_batch(2, 4, step=t, seed=t), t)
+    assert any(plain.sample(8, 4).birth_step.tolist() != [3] * 8 for _ in range(5))

@@ -84,3 +84,14 @@ def test_fill_filtered_with_pool_exits_2(tmp_path, capsys):
     assert main(["train", "--out", str(out), "--no-progress", "--preset", "sigma_pool", "--set", "replay.fill_filtered=true"]) == 2
     assert "ReplayConfig.fill_filtered=True is invalid; allowed: false with composition='pool'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_resumed_run_with_every_option_on_matches_an_uninterrupted_one(tiny_overrides, tmp_path):
+    from helpers import without_times
+
+    opts = {"replay.max_uses": 2, "replay.max_drift": 1e-4, "replay.age_decay": 2.0, "replay.fill_filtered": True}
+    whole = _run(tiny_overrides, tmp_path / "a", **opts)
+    _run(tiny_overrides, tmp_path / "b", **opts, steps=3)
+    resumed = _run(tiny_overrides, tmp_path / "b", **opts)
+    assert without_times(resumed) == without_times(whole)
+    assert whole[-1]["buffer/evicted_uses"] > 0 and whole[-1]["buffer/evicted_drift"] > 0
