@@ -10,8 +10,8 @@ warm-up, 0 before; pool: a fixed total with at most round(n * r / (1 + r)) repla
 logged loss finite, no skipped update, and replay rows seen at all (else the checks above were vacuous).
 Exit 0 if everything holds, 1 with the list of violations.
 
-The TRL run calls `train_testbed_with_trl`, the function behind `grpo-replay train --backend trl`, so that
-it can pass `use_cpu` and `bf16` (the backend itself always trains on CPU in float32).
+The TRL run calls `train_testbed_with_trl` (trainer/trl_backend.py), the function behind `grpo-replay train --backend
+trl`, so that it can pass `use_cpu` and `bf16` itself.
 """
 from __future__ import annotations
 

@@ -224,3 +224,21 @@ def test_testbed_flag_plans_the_reasoning_variant_and_quick_refuses_it(tmp_path,
     assert main(["compare", "--testbed", "reasoning", "--model", "m.gguf", "--out", str(tmp_path / "m"), "--dry-run"]) == 2
     assert "cannot go with --model" in capsys.readouterr().err
     assert not (tmp_path / "q").exists() and not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("flags", [["--seeds", "1", "--seeds", "2"], ["--out", "a", "--out", "b"],
+                                   ["--jobs", "1", "--jobs", "2"], ["--eval-n", "2", "--eval-n", "4"]])
+def test_a_compare_flag_given_twice_is_refused(flags, tmp_path, capsys):
+    """As in train and eval: the second value would silently win."""
+    with pytest.raises(SystemExit) as e:
+        main(["compare", "--quick", *flags])
+    assert e.value.code == 2
+    assert f"{flags[0]} is given twice ({flags[0]} {flags[1]} and {flags[2]} {flags[3]}); give it once" in capsys.readouterr().err
+
+
+def test_compare_backend_trl_with_a_setting_trl_refuses_is_exit_2_before_any_run(tmp_path, capsys):
+    """The refusal is the config check's, before any warm start or run (it was a failed run each, exit 1)."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "--quick", "--out", str(out), "--backend", "trl", "--set", "micro_batch_size=4"]) == 2
+    assert "TrainConfig.micro_batch_size=4 is invalid; allowed: 0 with backend='trl'" in capsys.readouterr().err
+    assert not (out / "runs").exists() and not (out / "testbed-cache").exists()

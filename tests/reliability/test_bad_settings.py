@@ -43,7 +43,7 @@ def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_pa
     out = tmp_path / "run"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     _refused(["train", *TINY, "--device", "cuda", "--out", str(out)], out, capsys,
-             "TrainConfig.device='cuda' but no CUDA device is available here; allowed here: auto, cpu")
+             "TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,

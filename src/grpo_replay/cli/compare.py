@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..app.configio import int_arg
+from ..app.configio import int_arg, once
 from ..app.data import BENCHMARKS
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..experiments.arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
@@ -22,23 +22,23 @@ from ..experiments.final_eval import BenchSettings, evaluate_all, missing_benchm
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="Tiny testbed, 2 seeds, a few arms: seconds (for tests).")
-    p.add_argument("--out", default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
-    p.add_argument("--report-dir", default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
-    p.add_argument("--jobs", type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
-    p.add_argument("--seeds", type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
-    p.add_argument("--testbed", choices=TESTBED_PRESETS, default=None,
+    p.add_argument("--out", action=once(), default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
+    p.add_argument("--report-dir", action=once(), default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
+    p.add_argument("--jobs", action=once(), type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
+    p.add_argument("--seeds", action=once(), type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
+    p.add_argument("--testbed", action=once(), choices=TESTBED_PRESETS, default=None,
                    help="Named embedded testbed for every run (TrainConfig.testbed_preset; docs/testbed.md): default | "
                         "reasoning (running partial sums, 10-40-token completions) | small | large (the default task "
                         "on a 0.11M / 1.71M-parameter model); full setting only.")
     p.add_argument(
-        "--comparisons", default=None,
+        "--comparisons", action=once(), default=None,
         help=f"Comma-separated subset of {','.join(PRIORITY_ORDER)} (default: the setting's; alpha is scheduled last).",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Extra TrainConfig override for every run (see `grpo-replay train --list-keys`).")
-    p.add_argument("--report-to", "--report_to", nargs="+", default=None, metavar="TRACKER",
+    p.add_argument("--report-to", "--report_to", action=once(), nargs="+", default=None, metavar="TRACKER",
                    help="Experiment trackers for every run: none | tensorboard | wandb | trackio (several allowed).")
-    p.add_argument("--cache-dir", default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
+    p.add_argument("--cache-dir", action=once(), default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
     p.add_argument("--no-progress", action="store_true", help="Print one line per finished run instead of a bar.")
@@ -46,26 +46,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="The model-size series: the main comparison (grpo and --arms, default paper) on each of the "
                         "testbeds small, default, large (0.11M / 0.43M / 1.71M parameters), then a report of the gain "
                         "by size (default --out runs/compare-size-series).")
-    p.add_argument("--arms", default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
+    p.add_argument("--arms", action=once(), default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
                    "default: every arm of the comparisons.")
     g = p.add_argument_group(
         "real model: train every arm and seed, then evaluate each final checkpoint on the benchmarks (the paper's table)")
-    g.add_argument("--model", default=None, help="Causal LM to train: local directory, hub id or .gguf file (turns on this mode).")
-    g.add_argument("--model-file", default=None, help="A GGUF file (NAME.gguf) inside the --model directory.")
-    g.add_argument("--data", default=None, help="Training prompts: JSONL file, directory, dataset name, or word_sums.")
-    g.add_argument("--reward", default=None, help="Reward: math (the only one for a real model; default with --model).")
-    g.add_argument("--backend", default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
-    g.add_argument("--benchmarks", default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
-    g.add_argument("--data-dir", default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
-    g.add_argument("--eval-n", type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
-    g.add_argument("--eval-k", default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
-    g.add_argument("--eval-temperature", type=float, default=0.6)
-    g.add_argument("--eval-top-p", type=float, default=0.95)
-    g.add_argument("--eval-max-new-tokens", type=int_arg, default=4096)
-    g.add_argument("--eval-limit", type=int_arg, default=None, help="At most N problems per benchmark.")
-    g.add_argument("--eval-backend", default="transformers", help="transformers (default) or vllm (GPU).")
-    g.add_argument("--eval-batch-size", type=int_arg, default=8, help="Problems per generation call.")
-    g.add_argument("--eval-device", default="auto", help="auto | cpu | cuda[:i] (transformers backend).")
+    g.add_argument("--model", action=once(), default=None, help="Causal LM to train: local directory, hub id or .gguf file (turns on this mode).")
+    g.add_argument("--model-file", action=once(), default=None, help="A GGUF file (NAME.gguf) inside the --model directory.")
+    g.add_argument("--data", action=once(), default=None, help="Training prompts: JSONL file, directory, dataset name, or word_sums.")
+    g.add_argument("--reward", action=once(), default=None, help="Reward: math (the only one for a real model; default with --model).")
+    g.add_argument("--backend", action=once(), default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
+    g.add_argument("--benchmarks", action=once(), default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
+    g.add_argument("--data-dir", action=once(), default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
+    g.add_argument("--eval-n", action=once(), type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
+    g.add_argument("--eval-k", action=once(), default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
+    g.add_argument("--eval-temperature", action=once(), type=float, default=0.6)
+    g.add_argument("--eval-top-p", action=once(), type=float, default=0.95)
+    g.add_argument("--eval-max-new-tokens", action=once(), type=int_arg, default=4096)
+    g.add_argument("--eval-limit", action=once(), type=int_arg, default=None, help="At most N problems per benchmark.")
+    g.add_argument("--eval-backend", action=once(), default="transformers", help="transformers (default) or vllm (GPU).")
+    g.add_argument("--eval-batch-size", action=once(), type=int_arg, default=8, help="Problems per generation call.")
+    g.add_argument("--eval-device", action=once(), default="auto", help="auto | cpu | cuda[:i] (transformers backend).")
     g.add_argument("--keep-checkpoints", action="store_true",
                    help="Keep each run's final checkpoint after its evaluation (default: deleted once every benchmark is done).")
 

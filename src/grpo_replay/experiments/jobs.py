@@ -75,8 +75,21 @@ def plan(
                 ov["testbed.cache_dir"] = str(cache_dir)
             run_dir = out / "runs" / arm.name / f"seed{seed}-{config_hash(ov)}"
             ov["out_dir"] = str(run_dir)
+            _check_backend(ov)
             specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"])))
     return specs
+
+
+def _check_backend(overrides: dict) -> None:
+    """A setting the run's backend refuses is a ConfigError here, before any run or warm start (in a worker it
+    would only fail that run, after the warm starts)."""
+    from ..trainer.train_config import resolve
+
+    cfg = resolve(overrides)
+    if cfg.backend == "trl":
+        from ..trainer import trl_settings
+
+        trl_settings.check(cfg)
 
 
 # ----------------------------------------------------------------------------------------- worker side

@@ -220,7 +220,7 @@ def check_device(device: str) -> None:
     if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise ValueError(f"--device {device!r} is invalid; allowed: auto, cpu, cuda, cuda:INDEX")
     if not torch.cuda.is_available():
-        raise ValueError(f"--device {device!r}: no CUDA device is available here; allowed here: auto, cpu")
+        raise ValueError(f"--device {device!r}: no CUDA device is available here; allowed: auto, cpu")
     index = int(device[5:]) if ":" in device else 0
     if index >= torch.cuda.device_count():
         raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "

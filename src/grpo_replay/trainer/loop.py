@@ -45,28 +45,26 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
 from ..app import tracking
 from ..app.console import quiet_third_party
-from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
+from ..generation.transformers import TransformersGenerator
 from ..loss import LossConfig
-from ..app.provenance import provenance
 from ..rollout import cat_padded
-from . import checkpoint, rundir
-from .train_config import TrainConfig
+from . import checkpoint, lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .drift_bound import DriftBound, drift_metrics, evict_drifted
 from .evaluation import evaluate
-from ..generation.transformers import TransformersGenerator
+from .lifecycle import EVAL_SEED_OFFSET, HELDOUT_SEED, resolve_device, write_summary  # noqa: F401 (re-exported)
 from .logprobs import token_logps
 from .memory import check_step_memory
-from .rewards import RewardScorer
+from .rewards import RewardScorer, SafeRewardTask
+from .train_config import TrainConfig
 from .setup import build_policy
 from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
 
 
 # Named constants (the values are part of every run's results: changing one changes the numbers).
-HELDOUT_SEED = 12345  # the held-out problems: one fixed set, whatever cfg.seed, so every arm and seed is scored on it
-EVAL_SEED_OFFSET = 777  # evaluation sampling seed = cfg.seed + this: a stream apart from the training generators'
 VLLM_PROMPT_ROOM = 4096  # tokens of prompt vLLM reserves room for (max_model_len = this + the completion budget)
 
 
@@ -80,7 +78,7 @@ class Run:
     tokenizer: Any
     ref_model: Any  # frozen copy of the initial policy when loss.beta > 0, else None
     task: Any
-    eval_task: "_SafeRewardTask"
+    eval_task: "SafeRewardTask"
     heldout: list
     generator: Any
     scorer: RewardScorer
@@ -139,7 +137,7 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     model, tokenizer, task, setup_info = build_policy(cfg, device)
     check_step_memory(cfg, model, cfg.completion_budget(), device)  # before the first large allocation
     # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
@@ -155,7 +153,7 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
-    eval_task = _SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
+    eval_task = SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
     heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
     drift = None
     if cfg.drift_probe:
@@ -337,10 +335,11 @@ def save_checkpoint(
 
 def finish(run: Run) -> dict[str, Any]:
     """summary.json and the run's plots; returns the summary."""
-    summary = _summary(run.cfg, run.state, run.state["last_eval"], run.setup_info)
-    summary["reward_errors"], summary["reward_timeouts"] = run.scorer.errors, run.scorer.timeouts
-    summary["provenance"] = provenance()  # the code this run finished with (a resumed run may have started on another)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    cfg, state = run.cfg, run.state
+    summary = write_summary(run.run_dir, lifecycle.summary(
+        cfg, generated=state["generated"], start=state["initial_eval"], end=state["last_eval"], setup=run.setup_info,
+        skipped_nonfinite_steps=state["bad_total"], reward_errors=run.scorer.errors,
+        reward_timeouts=run.scorer.timeouts))
     from ..plotting.training import plot_run
 
     try:
@@ -439,29 +438,6 @@ def _frozen_copy(model):
     return ref
 
 
-def _summary(cfg: TrainConfig, state: dict, final_eval: dict, setup_info: dict) -> dict[str, Any]:
-    init = state["initial_eval"]
-    return {
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "steps": cfg.steps,
-        "generated_rollouts": state["generated"],
-        "skipped_nonfinite_steps": state["bad_total"],
-        "heldout_acc_sampled": {"start": init["acc_sampled"], "end": final_eval["acc_sampled"]},
-        "heldout_acc_greedy": {"start": init["acc_greedy"], "end": final_eval["acc_greedy"]},
-        "final_eval": {k: v for k, v in final_eval.items() if k != "counts"},
-        "setup": setup_info,
-    }
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("TrainConfig.device='cuda' but no CUDA device is available; allowed here: auto, cpu")
-    return torch.device(name)
-
-
 def _append(path: Path, row: dict, tracker: tracking.Tracker | None = None) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -490,16 +466,3 @@ def _truncate_jsonl(path: Path, step: int, key: str = "step") -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-class _SafeRewardTask:
-    """The task as `evaluate` sees it, with `reward` going through the scorer (timeout, errors scored 0)."""
-
-    def __init__(self, task, scorer: RewardScorer):
-        self._task, self._scorer = task, scorer
-
-    def reward(self, text: str, problem) -> float:
-        return self._scorer.score_one(text, problem)
-
-    def __getattr__(self, name: str):
-        return getattr(self._task, name)

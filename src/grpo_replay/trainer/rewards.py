@@ -101,3 +101,16 @@ class RewardScorer:
     def _log(self, kind: str) -> bool:
         self._logged[kind] += 1
         return self._logged[kind] <= _LOGGED_PER_KIND
+
+
+class SafeRewardTask:
+    """The task as `evaluate` sees it, with `reward` going through the scorer (timeout, errors scored 0)."""
+
+    def __init__(self, task, scorer: RewardScorer):
+        self._task, self._scorer = task, scorer
+
+    def reward(self, text: str, problem) -> float:
+        return self._scorer.score_one(text, problem)
+
+    def __getattr__(self, name: str):
+        return getattr(self._task, name)

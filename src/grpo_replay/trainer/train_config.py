@@ -213,14 +213,14 @@ def check_machine(cfg: TrainConfig) -> None:
     import torch
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise configio.ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed here: auto, cpu")
+        raise configio.ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
     if cfg.generator == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise configio.ConfigError(
                 "TrainConfig.generator='vllm' needs vLLM, which is not installed (pip install vllm; GPU only); "
-                "allowed here: transformers")
+                "allowed: transformers")
         if cfg.device == "cpu" or not torch.cuda.is_available():
-            raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device; allowed here: transformers")
+            raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device, and none is available here; allowed: transformers")
 
 
 def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:

@@ -1,71 +1,251 @@
-"""`grpo-replay train --backend trl`: the testbed through `ReplayGRPOTrainer`, evaluated like the built-in run
-(a real model with `--reward math`: `trl_real.py`)."""
+"""`grpo-replay train --backend trl`: a run through TRL's GRPOTrainer with replay (`ReplayGRPOTrainer`), on the
+embedded testbed or on a real model with `--reward math`, claimed, evaluated and summarised like a built-in run
+(`rundir.claim`, `lifecycle`). What each TrainConfig key does here: `trl_settings.KEYS`.
+
+The testbed path trains the cached warm start on freshly sampled addition problems (`train_testbed_with_trl`, also
+what scripts/smoke_check.py drives). The real-model path takes the built-in trainer's model loading (GGUF
+included), `MathTask` prompts and held-out evaluation; TRL receives each problem as a one-message conversation and
+applies the tokenizer's chat template itself, which yields exactly the built-in trainer's prompt text. A TRL
+checkpoint (model, optimizer, replay buffer) is written every `checkpoint_every` steps, an existing one in the run
+directory is resumed, and the trained model is saved to `<run dir>/final`.
+"""
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
 
-from .train_config import TrainConfig
+import numpy as np
+
+from . import trl_settings
+from .lifecycle import HeldOut, resolve_device, summary, write_summary
+from .rewards import RewardScorer, SafeRewardTask
 from .rundir import claim
+from .train_config import TrainConfig
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
+    trl_settings.check(cfg)  # before the run directory is claimed or anything is loaded
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
-        if cfg.reward != "testbed":  # a real model and data set (GGUF or transformers checkpoint)
-            from .trl_real import train_real_with_trl
-
-            return train_real_with_trl(cfg)
-        return _train(cfg, run_dir)
+        if cfg.reward == "testbed":
+            return _train_testbed(cfg, run_dir)
+        return _train_real(cfg, run_dir)
 
 
-def train_testbed_run(cfg: TrainConfig, run_dir, **trl_overrides: Any) -> dict[str, Any]:
-    """`train_testbed_with_trl` with the run's settings (sizes, lr, seed, testbed, completion budget, the replay
-    fields that differ from the preset); trl_overrides: further `ReplayGRPOConfig` fields (they win)."""
-    from ..integrations.trl import train_testbed_with_trl
+def last_checkpoint(run_dir) -> Optional[str]:
+    from transformers.trainer_utils import get_last_checkpoint
 
+    return get_last_checkpoint(str(run_dir)) if any(Path(run_dir).glob("checkpoint-*")) else None
+
+
+def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
+    """evals.jsonl (the built-in trainer's form, so compare, plot and the report read a TRL run like a built-in
+    one): the start row for a new run; a resumed run keeps its rows up to the checkpoint's step."""
+    path = Path(run_dir) / "evals.jsonl"
+    if resume is None or not path.exists():
+        path.write_text(json.dumps({"step": 0, "generated": 0, **start}) + "\n")
+        return
+    step = int(resume.rsplit("-", 1)[-1])
+    rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= step]
+    path.write_text("".join(r + "\n" for r in rows))
+
+
+def _finish(cfg: TrainConfig, run_dir, trainer, held_out: HeldOut, model, start: dict, resume, setup: dict,
+            replay_history: list, **extra: Any) -> dict[str, Any]:
+    """The end of a TRL run, as the built-in trainer ends: the final evaluation row and summary.json."""
+    trl_settings.raise_if_stopped(cfg, trainer)
+    end = held_out(model)
+    trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
+    return write_summary(run_dir, summary(
+        cfg, backend="trl", generated=cfg.steps * cfg.prompts_per_step * cfg.group_size, start=start, end=end,
+        setup=setup, replay_rows_total=sum(h.get("replay_rows", 0) for h in replay_history), **extra,
+        resumed_from=resume))
+
+
+def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..tasks.testbed import TestbedTask, warm_start
+
+    torch.set_num_threads(cfg.torch_threads or 1)  # as the built-in trainer on the testbed
+    model0, tokenizer, info = warm_start(cfg.testbed, progress=cfg.progress)
+    held_out = HeldOut(cfg, tokenizer, TestbedTask(cfg.testbed, tokenizer))
+    start = held_out(model0)
+    resume = last_checkpoint(run_dir)
+    start_evals(run_dir, resume, start)
+    res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
+    final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / "final")
+    return _finish(cfg, run_dir, res["trainer"], held_out, final, start, resume, {"warm_start": info},
+                   res["replay_history"])
+
+
+def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
+                      **trl_overrides: Any) -> dict[str, Any]:
+    """`train_testbed_with_trl` with every setting of the run (`trl_settings.trl_kwargs`); trl_overrides: further
+    `ReplayGRPOConfig` fields (they win)."""
     return train_testbed_with_trl(
         run_dir,
         preset=cfg.preset,
         replay_overrides=cfg.replay_overrides(),
         testbed_config=cfg.testbed,
-        max_steps=cfg.steps,
-        prompts_per_step=cfg.prompts_per_step,
-        num_generations=cfg.group_size,
-        learning_rate=cfg.lr,
         seed=cfg.seed,
         progress=cfg.progress,
-        trl_overrides={"max_completion_length": cfg.completion_budget(), **trl_overrides},
+        trl_overrides={**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
+        reward_timeout=cfg.reward_timeout,
+        callbacks=callbacks,
+        resume_from_checkpoint=resume,
     )
 
 
-def _train(cfg: TrainConfig, run_dir) -> dict[str, Any]:
-    from transformers import AutoModelForCausalLM
+def train_testbed_with_trl(
+    output_dir: str | os.PathLike,
+    preset: str = "paper",
+    *,
+    replay_overrides: Optional[dict[str, Any]] = None,
+    testbed_config: Any = None,
+    max_steps: int = 50,
+    prompts_per_step: int = 8,
+    num_generations: int = 8,
+    learning_rate: float = 1e-4,
+    seed: int = 0,
+    num_train_problems: int = 4096,
+    trl_overrides: Optional[dict[str, Any]] = None,
+    progress: bool = True,
+    reward_timeout: Optional[float] = None,
+    callbacks: Optional[list] = None,
+    resume_from_checkpoint: Optional[str] = None,
+) -> dict[str, Any]:
+    """Train the testbed model with `ReplayGRPOTrainer` for `max_steps` optimizer steps.
 
-    from ..tasks.testbed import TestbedTask, warm_start
-    from .evaluation import evaluate
-    from .loop import EVAL_SEED_OFFSET, HELDOUT_SEED
+    preset: replay preset (paper | grpo | uniform_pool | sigma_pool); replay_overrides: `ReplayConfig` fields
+    without the `replay_` prefix (e.g. {"tau_max": 5, "warmup_steps": 2}); testbed_config: a `TestbedConfig`
+    (default: `TestbedConfig()`; its warm start is loaded from the cache or trained first); prompts_per_step x
+    num_generations fresh rollouts per step; trl_overrides: any further `ReplayGRPOConfig` fields (they win);
+    reward_timeout: seconds a reward call may take (scored 0 after; None = no limit); callbacks: TrainerCallbacks;
+    resume_from_checkpoint: a TRL checkpoint to resume.
+    Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
+    "output_dir"}; the trained model is saved to `<output_dir>/final`.
+    """
+    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
+    from ..tasks.testbed import TestbedConfig, TestbedTask, warm_start
 
-    model0, tokenizer, info = warm_start(cfg.testbed, progress=cfg.progress)
-    task = TestbedTask(cfg.testbed, tokenizer)
-    heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
-    kw = dict(n_samples=cfg.eval_samples, max_new_tokens=cfg.completion_budget(), temperature=cfg.temperature,
-              seed=cfg.seed + EVAL_SEED_OFFSET)
-    start = evaluate(model0, tokenizer, task, heldout, **kw)
-    # report_to is TRL's own option: TRL's callbacks report under TRL's metric names (train/reward, ...).
-    res = train_testbed_run(cfg, run_dir, report_to=cfg.report_to.split(","))
-    final = AutoModelForCausalLM.from_pretrained(run_dir / "final")
-    end = evaluate(final, tokenizer, task, heldout, **kw)
-    summary = {
-        "backend": "trl",
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "steps": cfg.steps,
-        "generated_rollouts": cfg.steps * cfg.prompts_per_step * cfg.group_size,
-        "heldout_acc_sampled": {"start": start["acc_sampled"], "end": end["acc_sampled"]},
-        "heldout_acc_greedy": {"start": start["acc_greedy"], "end": end["acc_greedy"]},
-        "final_eval": {k: v for k, v in end.items() if k != "counts"},
-        "replay_rows_total": sum(h.get("replay_rows", 0) for h in res["replay_history"]),
-        "setup": {"warm_start": info},
+    cfg = testbed_config or TestbedConfig()
+    model, tokenizer, _info = warm_start(cfg, progress=progress)
+    model.train()
+    task = TestbedTask(cfg, tokenizer)
+    problems = task.sample_problems(np.random.default_rng(seed), num_train_problems)
+    dataset, testbed_reward = _dataset_and_reward(task, problems, reward_timeout)
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=prompts_per_step * num_generations,
+        num_generations=num_generations,
+        max_completion_length=cfg.max_new_tokens,
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        temperature=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=seed,
+        disable_tqdm=not progress,
+        replay_preset=preset,
+        **trl_replay_kwargs(replay_overrides or {}),
+    )
+    kwargs.update(trl_overrides or {})
+    args = ReplayGRPOConfig(**kwargs)
+    trainer = ReplayGRPOTrainer(
+        model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    final = Path(output_dir) / "final"
+    trainer.save_model(str(final))
+    result = {
+        "output_dir": str(output_dir),
+        "trainer": trainer,
+        "log_history": trainer.state.log_history,
+        "replay_history": [{k: v for k, v in h.items() if k != "replay_completion_ids"} for h in trainer.replay_history],
+        "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    return summary
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / "trl_summary.json").write_text(
+        json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
+    return result
+
+
+def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -> tuple[Any, Callable[..., list[float]]]:
+    """The problems as a TRL dataset (each problem's fields as columns) and the reward function that reads them
+    back (TRL passes every dataset column to the reward function by name)."""
+    from datasets import Dataset
+
+    from ..tasks.testbed import TestbedProblem
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [p.prompt for p in problems],
+            "problem_id": [p.id for p in problems],
+            "answer": [p.answer for p in problems],
+            "difficulty": [p.difficulty for p in problems],
+        }
+    )
+
+    scorer = RewardScorer(task.reward, timeout) if timeout is not None else None
+
+    def testbed_reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
+        rows = [TestbedProblem(id=i, prompt=p, answer=a, difficulty=d)
+                for p, i, a, d in zip(prompts, problem_id, answer, difficulty)]
+        if scorer is not None:
+            return scorer(list(completions), rows)[0]
+        return [task.reward(c, row) for c, row in zip(completions, rows)]
+
+    return dataset, testbed_reward
+
+
+def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+
+    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from .setup import build_policy
+
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    model, tokenizer, task, setup_info = build_policy(cfg, device)
+    scorer = RewardScorer(task.reward, cfg.reward_timeout)
+    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards guarded alike
+    start = held_out(model)
+
+    by_id = {p.id: p for p in task.train}
+    prompts = [[{"role": "user", "content": p.message}] if task.use_chat_template else p.prompt for p in task.train]
+    dataset = Dataset.from_dict({"prompt": prompts, "problem_id": [p.id for p in task.train]})
+
+    def math_reward(completions, problem_id, **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return scorer(texts, [by_id[i] for i in problem_id])[0]
+
+    args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
+                                 "use_cpu": device.type == "cpu", "bf16": False, "gradient_checkpointing": False})
+    model.train()
+    trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
+                                processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))
+    resume = last_checkpoint(run_dir)
+    start_evals(run_dir, resume, start)
+    trainer.train(resume_from_checkpoint=resume)
+    trl_settings.raise_if_stopped(cfg, trainer)
+    trainer.save_model(str(Path(run_dir) / "final"))
+    (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
+    return _finish(cfg, run_dir, trainer, held_out, trainer.model, start, resume, setup_info, trainer.replay_history,
+                   reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)

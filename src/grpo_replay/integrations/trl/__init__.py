@@ -49,11 +49,4 @@ from .replay_grpo_config import ReplayGRPOConfig  # noqa: E402
 from .replay_grpo_trainer import ReplayGRPOTrainer  # noqa: E402
 
 
-def train_testbed_with_trl(*args, **kwargs):
-    """See `grpo_replay.integrations.trl.testbed.train_testbed_with_trl` (imported lazily)."""
-    from .testbed import train_testbed_with_trl as _impl
-
-    return _impl(*args, **kwargs)
-
-
-__all__ = ["ReplayGRPOConfig", "ReplayGRPOTrainer", "SUPPORTED_TRL_TEXT", "TRL_VERSION", "train_testbed_with_trl"]
+__all__ = ["ReplayGRPOConfig", "ReplayGRPOTrainer", "SUPPORTED_TRL_TEXT", "TRL_VERSION"]

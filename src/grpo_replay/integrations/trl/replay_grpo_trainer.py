@@ -25,6 +25,9 @@ Design choices (documented in examples/trl/README.md):
   replay rows by gathering the composed row counts and trimming trailing replay rows to the minimum, rounded down
   to a multiple of `steps_per_generation` (fresh rows are never trimmed; replay rows are in draw order, so the
   lowest-priority draws go first).
+- Every process runs the same forward passes, since under FSDP or ZeRO-3 a forward is a collective: the extra
+  no-grad pass over fresh rows displaced by pool composition (aligned generation) pads each process's rows to the
+  largest count over all processes, none included.
 - With replay disabled (replay_ratio == 0, e.g. the grpo preset) the trainer is a pass-through: no extra forward,
   no buffer, identical batches to GRPOTrainer.
 """
@@ -38,7 +41,7 @@ from typing import Any, Optional
 import torch
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd
+from trl.trainer.utils import RepeatSampler, nanstd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...advantage import nonzero_variance_mask
@@ -47,6 +50,7 @@ from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
 from ...rollout import RolloutBatch, cat_padded
+from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -156,12 +160,19 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch):
         out = super().training_step(model, inputs, num_items_in_batch)
-        # TRL counts micro-steps in self._step; a multiple of the accumulation steps ends an optimizer step.
-        if self.replay_config.enabled and self._step % self.current_gradient_accumulation_steps == 0:
+        # transformers sets sync_gradients on the last micro-step of every accumulation window, the short last
+        # window of an epoch included; a count of micro-steps (TRL's _step) falls out of phase after one.
+        if self.replay_config.enabled and self.accelerator.sync_gradients:
             self._replay_flush(log=True)
         return out
 
     # --- checkpointing --------------------------------------------------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if self.replay_config.enabled and type(sampler) is RepeatSampler:  # a resume keeps the epochs' data order
+            return EpochAlignedSampler(sampler, self)
+        return sampler
+
     def _save_checkpoint(self, model, trial):
         self._replay_flush(log=False)  # normally a no-op: the window that just ended has flushed
         super()._save_checkpoint(model, trial)
@@ -170,11 +181,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
         self.replay_buffer.save(os.path.join(folder, BUFFER_FILE.format(rank=self.accelerator.process_index)))
+        save_generation(self, folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None or not self.replay_config.enabled:
             return
+        load_generation(self, checkpoint)  # every process: it agrees with the others first
         path = os.path.join(checkpoint, BUFFER_FILE.format(rank=self.accelerator.process_index))
         if not os.path.exists(path + ".json"):
             warnings.warn(
@@ -230,11 +243,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
             left_out = torch.ones(n, dtype=torch.bool)
             left_out[kept] = False
             left_out &= row_id >= 0
-            if bool(left_out.any()):  # displaced by pool composition: not in the update, so a pass of their own
-                rows = torch.nonzero(left_out).flatten()
-                sub = {k: out[k][rows.to(device)] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
-                entry["batch"].behaviour_logps[row_id[rows]] = self._replay_behaviour_logps(sub).float().cpu()
-                entry["missing"][row_id[rows]] = False
+            # Displaced by pool composition: not in the update, so a pass of their own.
+            self._replay_displaced_logps(out, entry, row_id, torch.nonzero(left_out).flatten())
             if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
                 out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
         self._replay_pending.append(entry)
@@ -272,10 +282,25 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if entry["history"] is not None:
                 entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
         if log:
-            tot = _sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
+            tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
             metrics = self._metrics["train"]
             metrics["replay/inserted"].append(tot["inserted"])
             metrics["replay/buffer_size"].append(tot["buffer_size"])
+
+    def _replay_displaced_logps(self, out: dict[str, Any], entry: dict[str, Any], row_id: torch.Tensor,
+                                rows: torch.Tensor) -> None:
+        """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch. Under FSDP or
+        ZeRO-3 a forward is a collective, so every process runs the same passes: each pads its rows (none
+        included) to the largest count with copies of its row 0, whose log-probs are discarded."""
+        count = torch.tensor([len(rows)], device=self.accelerator.device)
+        most = int(self.accelerator.gather(count).max())
+        if most == 0:
+            return
+        idx = torch.cat([rows, torch.zeros(most - len(rows), dtype=torch.long)]).to(self.accelerator.device)
+        sub = {k: out[k][idx] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
+        logps = self._replay_behaviour_logps(sub).float().cpu()[: len(rows)]
+        entry["batch"].behaviour_logps[row_id[rows]] = logps
+        entry["missing"][row_id[rows]] = False
 
     def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -290,8 +315,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
     ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
         """This process's rows as a RolloutBatch (behaviour log-probs zero when TRL computed none), which rows are
-        in a non-zero-variance group and scorable (decided on the weighted reward sum gathered over all
-        processes), and which have at least one loss token."""
+        in a non-zero-variance group and scorable (decided on TRL's advantages gathered over all processes), and
+        which have at least one loss token."""
         n = int(out["advantages"].shape[0])
         G = int(self.num_generations)
         rpf = rewards_per_func.float().cpu()
@@ -302,9 +327,14 @@ class ReplayGRPOTrainer(GRPOTrainer):
         grouped = rewards.view(-1, G)
         group_mean = torch.nanmean(grouped, dim=1).nan_to_num(0.0)
         group_std = nanstd(grouped, dim=1).nan_to_num(0.0)
-        # Unscorable rows take their group's mean so they neither create nor hide variance.
         filled = torch.where(unscorable, group_mean[groups], rewards)
-        ok = nonzero_variance_mask(filled, groups) & ~unscorable
+        # Zero variance is decided on what TRL trains on: with normalize_then_sum a group whose weighted reward sum
+        # is constant can still have advantages that vary (and one whose sum varies can have none).
+        adv = self.accelerator.gather(out["advantages"].detach().float()).cpu()
+        adv = torch.where(unscorable, torch.nan, adv)
+        # Unscorable rows take their group's mean advantage so they neither create nor hide variance.
+        adv_mean = torch.nanmean(adv.view(-1, G), dim=1).nan_to_num(0.0)
+        ok = nonzero_variance_mask(torch.where(unscorable, adv_mean[groups], adv), groups) & ~unscorable
         lo = self.accelerator.process_index * n
         local = slice(lo, lo + n)
         completion_mask = out["completion_mask"]
@@ -390,7 +420,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         n_rep = int(rep.sum())
         ages = composed.age(step)[rep].float()
         abs_adv = composed.advantages.abs().float()
-        per_process = _gather_over_processes(self.accelerator, {
+        per_process = gather_over_processes(self.accelerator, {
             "rows": len(composed),
             "replay_rows": n_rep,
             "age_sum": float(ages.sum()),
@@ -449,29 +479,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 f"{name}/ratio_sum": (ratio * m).sum(),
                 f"{name}/tokens": m.sum(),
             }
-        tot = _sum_over_processes(self.accelerator, local)
+        tot = sum_over_processes(self.accelerator, local)
         metrics = self._metrics["train" if self.model.training else "eval"]
         for name in ("fresh", "replay"):
             if tot[f"{name}/tokens"] > 0:
                 metrics[f"{name}/clip_frac"].append(tot[f"{name}/clipped"] / tot[f"{name}/tokens"])
                 metrics[f"{name}/ratio_mean"].append(tot[f"{name}/ratio_sum"] / tot[f"{name}/tokens"])
-
-
-def _gather_over_processes(accelerator, values: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Each named scalar from every process, in one collective call: name -> (num_processes,) float64."""
-    names = list(values)
-    local = torch.stack([
-        v.detach().to(accelerator.device, torch.float64) if isinstance(v, torch.Tensor)
-        else torch.tensor(v, dtype=torch.float64, device=accelerator.device)  # a Python number: no float32 detour
-        for v in (values[k] for k in names)
-    ])
-    gathered = accelerator.gather(local[None]).view(-1, len(names))
-    return {k: gathered[:, i] for i, k in enumerate(names)}
-
-
-def _sum_over_processes(accelerator, values: dict[str, Any]) -> dict[str, float]:
-    """Each named scalar summed over all processes (one collective call)."""
-    return {k: float(v.sum()) for k, v in _gather_over_processes(accelerator, values).items()}
 
 
 def _is_row_value(v: Any) -> bool:
