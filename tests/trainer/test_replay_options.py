@@ -56,14 +56,34 @@ def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
     assert mean_age(decayed) < mean_age(base)
 
 
-@pytest.mark.parametrize("setting", ["replay.max_uses=2", "replay.max_drift=0.5", "replay.age_decay=3", "replay.fill_filtered=true"])
-def test_trl_backend_refuses_the_options_before_any_compute(tmp_path, capsys, setting):
+def test_trl_backend_refuses_max_drift_before_any_compute(tmp_path, capsys):
     out = tmp_path / "r"
-    assert main(["train", "--out", str(out), "--no-progress", "--backend", "trl", "--set", setting]) == 2
-    field = setting.split("=")[0].split(".")[1]
+    assert main(["train", "--out", str(out), "--no-progress", "--backend", "trl", "--set", "replay.max_drift=0.5"]) == 2
     err = capsys.readouterr().err
-    assert f"ReplayConfig.{field}=" in err and "the TRL integration does not implement" in err
+    assert "ReplayConfig.max_drift=0.5 is invalid; allowed: None (the TRL integration does not implement" in err
     assert not out.exists()
+
+
+def test_trl_backend_fills_filtered_rows_and_evicts_used_ones(tiny_overrides, tmp_path):
+    pytest.importorskip("trl")
+    out = tmp_path / "trl"
+    sets = {**tiny_overrides, "steps": 4, "replay.warmup_steps": 1, "replay.fill_filtered": True, "replay.max_uses": 1,
+            "replay.age_decay": 2.0, "replay.tau_max": 10}
+    argv = ["train", "--out", str(out), "--no-progress", "--backend", "trl"]
+    for k, v in sets.items():
+        if k != "progress":
+            argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    assert main(argv) == 0
+    hist = json.loads((out / "trl_summary.json").read_text())["replay_history"]
+    assert len(hist) == 4 and hist[0]["replay_rows"] == 0  # warm-up step
+    n = tiny_overrides["prompts_per_step"] * tiny_overrides["group_size"]
+    logged = [r["replay/evicted_uses_total"] for r in json.loads((out / "trl_summary.json").read_text())["log_history"]
+              if "replay/evicted_uses_total" in r]
+    # max_uses=1: every replayed row leaves the buffer after its draw
+    assert logged and logged[-1] == sum(h["replay_rows"] for h in hist) > 0
+    zero_var = [n - sum(1 for a in h["fresh_advantages"] if a != 0) for h in hist]
+    for prev, h, z in zip(hist, hist[1:], zero_var[1:]):  # one process, steps_per_generation 1: nothing trimmed
+        assert h["fresh_rows"] == n and h["replay_rows"] == min(z, prev["buffer_size"])
 
 
 @pytest.mark.parametrize("setting,message", [

@@ -161,7 +161,7 @@ class TrainConfig:
         if self.drift_probe and self.backend != "builtin":
             configio.bad(self, "drift_probe", "0 with backend='trl' (the drift diagnostic is the built-in trainer's)")
         if self.backend == "trl":
-            refuse_options(self.replay, "TRL")  # before the run directory is claimed
+            refuse_options(self.replay, "TRL", ("max_drift",))  # before the run directory is claimed
         from ..app.tracking import parse_report_to
 
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"
