@@ -31,8 +31,9 @@ class ReplayBuffer:
 
     Holds a `RolloutStorage`, an age and a capacity `Eviction`, a `Sampler`, the priority function named by
     the config, the seeded generator the sampler draws from, and counters. Invariants: no stored row was
-    born after `last_step`; `total_added == len(self) + total_evicted_age + total_evicted_capacity`; group
-    keys are unique across inserts; a saved and reloaded buffer draws exactly what the original would.
+    born after `last_step`; `total_added == len(self) + total_evicted_age + total_evicted_capacity +
+    total_evicted_uses + total_evicted_drift`; group
+    keys are unique across inserts (and insertion numbers, `seq`, across the buffer's life); a saved and reloaded buffer draws exactly what the original would.
     The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
     capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one.
     """
@@ -59,6 +60,8 @@ class ReplayBuffer:
         self.total_added = 0
         self.total_evicted_age = 0
         self.total_evicted_capacity = 0
+        self.total_evicted_uses = 0  # rows replayed max_uses times
+        self.total_evicted_drift = 0  # rows a caller evicted for drift (`evict_rows`)
         self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
 
     def __len__(self) -> int:
@@ -157,13 +160,46 @@ class ReplayBuffer:
     def sample(self, n_rows: int, step: int) -> RolloutBatch:
         """Evict stale rows, then draw replay rows: exactly min(n_rows, len) at rollout granularity; whole
         groups of at most n_rows rows in all at group granularity (`GroupPrioritizedSampler`). Empty during
-        warm-up, when replay is off, or when the buffer is empty; sampling never removes a rollout. Raises
-        ValueError like `evict` for a step before a stored row's birth."""
+        warm-up, when replay is off, or when the buffer is empty. With age_decay the stored weights are
+        multiplied by exp(-age / age_decay) for this draw; with max_uses each drawn row's replay count goes
+        up by one and the rows that reach it are evicted after being gathered (otherwise sampling never
+        removes a rollout). Raises ValueError like `evict` for a step before a stored row's birth."""
         self.evict(step)
         if step < self.config.warmup_steps or not self.config.enabled:
             n_rows = 0
-        slots = self.sampler.sample(self.storage, n_rows, self.rng)
-        return self.gather(slots)
+        weights = self._decayed_weights(step) if self.config.age_decay is not None and n_rows > 0 else None
+        if weights is None:  # the paper's draw, called exactly as before
+            slots = self.sampler.sample(self.storage, n_rows, self.rng)
+        else:
+            slots = self.sampler.sample(self.storage, n_rows, self.rng, weights=weights)
+        batch = self.gather(slots)
+        if self.config.max_uses is not None and len(slots):
+            uses = self.storage.col("uses")
+            np.add.at(uses, slots, 1)  # with replacement a row drawn twice counts twice
+            spent = np.unique(slots[uses[slots] >= self.config.max_uses])
+            self.storage.remove(spent)
+            self.total_evicted_uses += len(spent)
+        return batch
+
+    def _decayed_weights(self, step: int) -> np.ndarray:
+        """Per-slot weights times exp(-age / age_decay). The exponent is taken relative to the youngest stored
+        row: a common factor leaves the draw's probabilities as they are and keeps old rows from underflowing
+        all at once."""
+        st = self.storage
+        births = st.col("birth_step")
+        newest = int(births[st.valid].max()) if len(st) else step
+        return st.col("weight") * np.exp(-(newest - births).clip(min=0) / self.config.age_decay)
+
+    def evict_rows(self, seqs: Any) -> int:
+        """Evict the stored rows with these insertion numbers (a replayed batch's `buffer_seq`: the caller
+        measured them too far from the current policy, `ReplayConfig.max_drift`); numbers of rows no longer
+        stored (already evicted) and -1 (fresh rows) are passed over. Returns rows evicted."""
+        seqs = np.asarray(seqs.cpu() if isinstance(seqs, torch.Tensor) else seqs, dtype=np.int64).ravel()
+        slots = self.storage.valid_slots()
+        gone = slots[np.isin(self.storage.col("seq")[slots], seqs[seqs >= 0])]
+        self.storage.remove(gone)
+        self.total_evicted_drift += len(gone)
+        return len(gone)
 
     def _see(self, step: int) -> None:
         step = int(step)
@@ -203,6 +239,7 @@ class ReplayBuffer:
             birth_step=col("birth_step"),
             is_replay=torch.ones(n, dtype=torch.bool),
             ref_logps=rows(arena["ref"], 0, C) if st.has_ref and n else None,
+            buffer_seq=col("seq"),
         ))
 
     # --- diagnostics --------------------------------------------------------------------------------
@@ -217,6 +254,9 @@ class ReplayBuffer:
             "buffer/bytes": self.storage.nbytes(),
             "buffer/evicted_age": self.total_evicted_age,
             "buffer/evicted_capacity": self.total_evicted_capacity,
+            # only with the option on: a default run's metrics rows keep their keys
+            **({"buffer/evicted_uses": self.total_evicted_uses} if self.config.max_uses is not None else {}),
+            **({"buffer/evicted_drift": self.total_evicted_drift} if self.config.max_drift is not None else {}),
         }
 
     # --- persistence ----------------------------------------------------------------------------------
@@ -230,6 +270,8 @@ class ReplayBuffer:
                 "added": self.total_added,
                 "evicted_age": self.total_evicted_age,
                 "evicted_capacity": self.total_evicted_capacity,
+                "evicted_uses": self.total_evicted_uses,
+                "evicted_drift": self.total_evicted_drift,
             },
             "step": self.last_step,
             "storage": self.storage.state_dict(),
@@ -244,12 +286,14 @@ class ReplayBuffer:
 
     def _load_validated(self, state: dict[str, Any], where: dict[str, str]) -> None:
         parts = {"sampler": self.sampler, "age_eviction": self.age_eviction, "capacity_eviction": self.capacity_eviction}
+        state = buffer_state.upgrade(state)
         buffer_state.validate(state, self.config, where, parts)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
-        totals = buffer_state.totals(state["totals"])
+        totals = buffer_state.totals(state["totals"], state["version"])
         self.total_added, self.total_evicted_age = totals["added"], totals["evicted_age"]
         self.total_evicted_capacity = totals["evicted_capacity"]
+        self.total_evicted_uses, self.total_evicted_drift = totals["evicted_uses"], totals["evicted_drift"]
         st = state["storage"]
         births = st["col.birth_step"][st["valid"]]
         # Version 1 files predate "step": their newest birth step is the best bound there is.

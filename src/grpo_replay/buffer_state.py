@@ -23,11 +23,16 @@ import numpy as np
 from .errors import UsageError
 from .storage import COLUMNS, _LENGTH_COLUMNS
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 # 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
-# list [added, evicted by age, evicted by capacity] (3: an object with those names, TOTALS)
-READABLE_VERSIONS = (1, 2, 3)
-TOTALS = ("added", "evicted_age", "evicted_capacity")
+# list [added, evicted by age, evicted by capacity] (3: an object with those names, OLD_TOTALS); 1-3: no
+# "col.uses", no evicted_uses / evicted_drift totals and no max_drift, fill_filtered, max_uses, age_decay in
+# "config" (`upgrade` reads them as 0 and the defaults: those files predate the options)
+READABLE_VERSIONS = (1, 2, 3, 4)
+OLD_TOTALS = ("added", "evicted_age", "evicted_capacity")
+TOTALS = OLD_TOTALS + ("evicted_uses", "evicted_drift")
+CHECKSUM_VERSIONS = (3, 4)  # the versions whose checksum is verified (the same function since version 3)
+NEW_CONFIG_FIELDS = ("max_drift", "fill_filtered", "max_uses", "age_decay")
 JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sampler", "age_eviction",
              "capacity_eviction", "storage_scalars", "checksum"}
 SCALAR_KEYS = {"count", "seq", "has_ref"}
@@ -102,7 +107,7 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError) as e:
         raise BufferStateError(f"{npz}: not a valid replay buffer arrays file (npz): {e}") from None
     where = {"json": str(js), "npz": str(npz)}
-    if state.get("version") == STATE_VERSION:
+    if state.get("version") in CHECKSUM_VERSIONS:
         if not isinstance(state.get("checksum"), str):
             raise BufferStateError(f"{js}: field 'checksum' is missing or not a string")
         if checksum(state, arrays) != state["checksum"]:
@@ -121,14 +126,32 @@ def read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]]:
     return state, where
 
 
-def totals(value: Any) -> dict[str, int]:
-    """The counters of a state's "totals": an object keyed by TOTALS, or (versions 1-2) a list in that order.
-    Raises ValueError unless each is an integer >= 0."""
-    if isinstance(value, list) and len(value) == len(TOTALS):
-        value = dict(zip(TOTALS, value))
-    if not (isinstance(value, dict) and set(value) == set(TOTALS) and all(_is_int(x) and x >= 0 for x in value.values())):
-        raise ValueError(f"must be an object {{{', '.join(TOTALS)}}} of integers >= 0")
-    return {k: int(value[k]) for k in TOTALS}
+def totals(value: Any, version: int = STATE_VERSION) -> dict[str, int]:
+    """The counters of a state's "totals": an object keyed by TOTALS (versions 1-3: OLD_TOTALS, the others
+    0), or (versions 1-2) a list in OLD_TOTALS' order. Raises ValueError unless each is an integer >= 0."""
+    names = TOTALS if version >= 4 else OLD_TOTALS
+    if isinstance(value, list) and len(value) == len(OLD_TOTALS) and version <= 2:
+        value = dict(zip(OLD_TOTALS, value))
+    if not (isinstance(value, dict) and set(value) == set(names) and all(_is_int(x) and x >= 0 for x in value.values())):
+        raise ValueError(f"must be an object {{{', '.join(names)}}} of integers >= 0")
+    return {k: int(value.get(k, 0)) for k in TOTALS}
+
+
+def upgrade(state: Any) -> Any:
+    """A state of version 1-3 with what version 4 added filled in: "col.uses" zeros (no row had been counted)
+    and the options' defaults in "config". Anything else is returned as it is (`validate` judges it)."""
+    if not isinstance(state, dict) or state.get("version") not in (1, 2, 3):
+        return state
+    state = dict(state)
+    st, cfg = state.get("storage"), state.get("config")
+    if isinstance(st, dict) and "col.uses" not in st and isinstance(st.get("valid"), np.ndarray):
+        state["storage"] = {**st, "col.uses": np.zeros(len(st["valid"]), np.int64)}
+    if isinstance(cfg, dict):
+        from .config import ReplayConfig
+
+        defaults = ReplayConfig().to_dict()
+        state["config"] = {**{k: defaults[k] for k in NEW_CONFIG_FIELDS}, **cfg}
+    return state
 
 
 def validate(state: Any, config, where: dict[str, str], parts: Optional[dict[str, Any]] = None) -> None:
@@ -187,7 +210,7 @@ def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
     if not _is_int(state["next_group"]) or state["next_group"] < 0:
         bad("next_group", "must be an integer >= 0")
     try:
-        totals(state["totals"])
+        totals(state["totals"], version)
     except ValueError as e:
         bad("totals", str(e))
     step = state.get("step")
@@ -252,9 +275,14 @@ def _validate_columns(state: dict, st: dict, config, version: int, bad, npz: str
         bad("col.prompt_key", "must be >= -1 (-1: no prompt key)", npz)
     if (col["seq"] < 0).any() or (col["seq"] >= seq).any() or len(np.unique(col["seq"])) != count:
         bad("col.seq", f"must be distinct insertion numbers in [0, seq={seq})", npz)
-    t = totals(state["totals"])
-    if t["added"] != count + t["evicted_age"] + t["evicted_capacity"]:
-        bad("totals", f"added {t['added']} != stored {count} + evicted {t['evicted_age']} + {t['evicted_capacity']}")
+    # A row replayed max_uses times is evicted by that draw: no stored row has reached the limit.
+    limit = config.max_uses
+    if (col["uses"] < 0).any() or (limit is not None and (col["uses"] >= limit).any()):
+        bad("col.uses", "must be replay counts >= 0" + (f" and < max_uses={limit}" if limit is not None else ""), npz)
+    t = totals(state["totals"], version)
+    evicted = {k: v for k, v in t.items() if k != "added"}
+    if t["added"] != count + sum(evicted.values()):
+        bad("totals", f"added {t['added']} != stored {count} + evicted {evicted}")
 
 
 def _validate_tokens(st: dict, bad, npz: str) -> None:

@@ -21,7 +21,7 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from .rollout import _TOKEN_FIELDS, RolloutBatch, _unchecked
+from .rollout import _TOKEN_FIELDS, RolloutBatch, _unchecked, cat_buffer_seq
 
 _FIELDS = dataclasses.fields(RolloutBatch)
 _ROW_FIELDS = tuple(f.name for f in _FIELDS if f.name not in _TOKEN_FIELDS)
@@ -46,7 +46,10 @@ class ComposedBatch(RolloutBatch):
         self._dense: Optional[RolloutBatch] = None
         for name in _ROW_FIELDS:
             ts = [getattr(p, name) for p in self.parts]
-            setattr(self, name, torch.cat(ts) if len(ts) > 1 else ts[0])
+            if name == "buffer_seq":  # optional: fresh segments carry none
+                setattr(self, name, cat_buffer_seq(self.parts) if len(ts) > 1 else ts[0])
+            else:
+                setattr(self, name, torch.cat(ts) if len(ts) > 1 else ts[0])
 
     def dense(self) -> RolloutBatch:
         """The padded concatenation of the segments (built once, then cached)."""

@@ -80,11 +80,24 @@ class Composed(NamedTuple):
     composition displaces some, as `pool` does)."""
 
 
-def compose_batch(fresh: RolloutBatch, buffer, step: int) -> Composed:
-    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`."""
+def compose_batch(fresh: RolloutBatch, buffer, step: int, n_filtered: int | None = None) -> Composed:
+    """Algorithm 1 steps 4-6: evict, sample, compose. `buffer` is a `ReplayBuffer`.
+
+    `n_filtered`: the fresh rows the zero-variance filter removed this step. With `fill_filtered` it is the
+    replay count (required then; `fresh` may be empty): every kept fresh row + up to n_filtered replay rows,
+    concatenated as fresh_anchored does, so the update has as many rows as were generated (fewer during
+    warm-up or while the buffer holds fewer). Without `fill_filtered` it is not used."""
     cfg = buffer.config
-    fn = COMPOSITIONS.get(cfg.composition)
     draw = lambda n: groups_after(fresh, buffer.sample(n, step))  # noqa: E731
+    if cfg.fill_filtered:
+        if n_filtered is None or isinstance(n_filtered, bool) or not isinstance(n_filtered, int) or n_filtered < 0:
+            raise ValueError(
+                f"compose_batch: n_filtered={n_filtered!r} is invalid; allowed: an integer >= 0 (the fresh rows "
+                "the zero-variance filter removed), required with ReplayConfig.fill_filtered"
+            )
+        replay = _whole_groups_within(draw(n_filtered), n_filtered)
+        return Composed(ComposedBatch([fresh, replay]), torch.arange(len(fresh)))
+    fn = COMPOSITIONS.get(cfg.composition)
     return Composed(*fn(fresh, draw, cfg.replay_ratio, buffer.rng))
 
 

@@ -39,6 +39,19 @@ class ReplayConfig:
     """Memory backstop: at most this many stored rollouts, oldest evicted first; None = unbounded."""
     replacement: bool = False
     """Draw with replacement within a step (default: without, so a rollout appears at most once per batch)."""
+    max_drift: Optional[float] = None
+    """Beyond the paper. Drift bound per replayed row: the row's mean per-token k3 estimate of KL(behaviour ||
+    current) on the update's own forward pass; a row above it is masked out of that update's loss and evicted.
+    None = no bound (the paper's: age alone bounds staleness)."""
+    fill_filtered: bool = False
+    """Beyond the paper. The step's replay count is the number of fresh rows the zero-variance filter removed
+    (replacing round(replay_ratio * n_fresh)), so the update has as many rows as were generated; needs
+    composition fresh_anchored and replay_ratio > 0 (replay on); warm-up still draws none."""
+    max_uses: Optional[int] = None
+    """Beyond the paper. A stored row is evicted once it has been replayed this many times; None = no limit."""
+    age_decay: Optional[float] = None
+    """Beyond the paper. Priority multiplied by exp(-age / age_decay) at draw time (age = step - birth_step);
+    None = no decay (the paper's: priorities are frozen at insertion)."""
 
     def __post_init__(self) -> None:
         # Every float must be finite: replay_ratio=inf overflows mid-run, a NaN compares False everywhere.
@@ -63,6 +76,18 @@ class ReplayConfig:
             bad(self, "capacity", "an integer >= 1 or None")
         if not isinstance(self.replacement, bool):
             bad(self, "replacement", "true or false")
+        if self.max_drift is not None and (not is_finite(self.max_drift) or self.max_drift <= 0):
+            bad(self, "max_drift", "a finite number > 0 or None")
+        if not isinstance(self.fill_filtered, bool):
+            bad(self, "fill_filtered", "true or false")
+        if self.fill_filtered and self.composition != "fresh_anchored":
+            bad(self, "fill_filtered", f"false with composition={self.composition!r} (filling needs fresh_anchored)")
+        if self.fill_filtered and not self.enabled:
+            bad(self, "fill_filtered", "false with replay_ratio=0 (replay is off)")
+        if self.max_uses is not None and (not is_int(self.max_uses) or self.max_uses < 1):
+            bad(self, "max_uses", "an integer >= 1 or None")
+        if self.age_decay is not None and (not is_finite(self.age_decay) or self.age_decay <= 0):
+            bad(self, "age_decay", "a finite number > 0 or None")
 
     @property
     def enabled(self) -> bool:
@@ -105,4 +130,14 @@ class ReplayConfig:
 
 
 PRESETS = ("paper", "grpo", "uniform_pool", "sigma_pool")
+OPTIONS = ("max_drift", "fill_filtered", "max_uses", "age_decay")  # beyond the paper: docs/method.md
+
+
+def refuse_options(config: ReplayConfig, engine: str, names: tuple[str, ...] = OPTIONS) -> None:
+    """Raise ConfigError (exit 2) for the first option of `names` set away from its default: for an engine
+    that does not implement them, so that a setting it accepts always takes effect."""
+    defaults = ReplayConfig()
+    for name in names:
+        if getattr(config, name) != getattr(defaults, name):
+            bad(config, name, f"{getattr(defaults, name)} (the {engine} integration does not implement {name} yet)")
 

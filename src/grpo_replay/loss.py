@@ -124,3 +124,16 @@ def _check_inputs(logps: torch.Tensor, batch: RolloutBatch, cfg: LossConfig) -> 
         if tuple(t.shape) != want:
             raise ValueError(f"ppo_clip_loss: {name} has shape {tuple(t.shape)}; allowed: exactly {want} (rows, completion width)")
     check_completion_mask(batch.completion_mask, "ppo_clip_loss")
+
+
+def replay_drift(logps: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+    """(B,) each replayed row's drift from the current policy: the mean over its counted tokens of the k3
+    estimate of KL(behaviour || current), exp(d) - 1 - d with d = log pi_theta - log pi_behaviour (>= 0, and
+    unbiased for that KL on tokens sampled from the behaviour policy, as a stored row's are). 0 for fresh rows
+    and for rows without counted tokens. `logps` is the update's own (B, C) forward pass (no extra pass);
+    no gradient flows through the result. `ReplayConfig.max_drift` bounds it (docs/method.md)."""
+    counted = batch.completion_mask.ne(0)
+    d = torch.where(counted, logps.detach() - batch.behaviour_logps.to(logps.dtype), 0.0)  # (B, C)
+    k3 = torch.where(counted, torch.expm1(d) - d, 0.0)
+    per_row = k3.sum(1) / counted.sum(1).clamp(min=1)
+    return torch.where(batch.is_replay.to(per_row.device), per_row, 0.0)

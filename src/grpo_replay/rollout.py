@@ -43,6 +43,9 @@ class RolloutBatch:
     birth_step: torch.Tensor  # (B,) long, optimizer step at which the row was generated
     is_replay: torch.Tensor  # (B,) bool
     ref_logps: Optional[torch.Tensor] = None  # (B, C) float32, reference-policy log-probs (only when KL is used)
+    # (B,) long: a replayed row's insertion number in the buffer it came from, -1 for a fresh row; None when no
+    # row came from a buffer. It names the stored row (slots are reused), so the caller can evict exactly it.
+    buffer_seq: Optional[torch.Tensor] = None
 
     def __post_init__(self) -> None:
         # Shapes only (no pass over the values): a 2-D reward or a 1-D mask would otherwise surface later
@@ -150,13 +153,23 @@ class RolloutBatch:
         out = {}
         for f in dataclasses.fields(RolloutBatch):
             ts = [getattr(b, f.name) for b in batches]
-            if ts[0] is None:
+            if f.name == "buffer_seq":
+                out[f.name] = cat_buffer_seq(batches)
+            elif ts[0] is None:
                 out[f.name] = None
             elif ts[0].dim() == 2:
                 out[f.name] = cat_padded(ts, left=f.name in ("prompt_ids", "prompt_mask"))
             else:
                 out[f.name] = torch.cat(ts)
         return RolloutBatch(**out)
+
+
+def cat_buffer_seq(batches: Sequence["RolloutBatch"]) -> Optional[torch.Tensor]:
+    """The batches' `buffer_seq` concatenated, -1 for the rows of a batch without one (None if none has one)."""
+    ts = [b.buffer_seq for b in batches]
+    if all(t is None for t in ts):
+        return None
+    return torch.cat([torch.full((len(b),), -1, dtype=torch.long) if t is None else t for b, t in zip(batches, ts)])
 
 
 def cat_padded(

@@ -18,6 +18,8 @@ rest is finished by Gumbel-top-k over the slots not yet drawn, which continues t
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from .parts import BufferPart
@@ -27,8 +29,10 @@ from .storage import RolloutStorage
 class Sampler(BufferPart):
     """A buffer part that chooses which stored rows to replay; it reads the storage and never changes it."""
 
-    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator) -> np.ndarray:
-        """Slots (int64) of the drawn rows, in draw order."""
+    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator,
+               weights: Optional[np.ndarray] = None) -> np.ndarray:
+        """Slots (int64) of the drawn rows, in draw order. `weights` (one float64 per slot, e.g. the stored
+        weights decayed by age: `ReplayConfig.age_decay`) replaces the stored weight column for this draw."""
         raise NotImplementedError
 
 
@@ -48,10 +52,15 @@ class PrioritizedSampler(Sampler):
     def __init__(self, replacement: bool = False):
         self.replacement = replacement
 
-    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator) -> np.ndarray:
-        """Slots of exactly min(n_rows, stored) rows (n_rows with replacement; none from an empty storage)."""
+    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator,
+               weights: Optional[np.ndarray] = None) -> np.ndarray:
+        """Slots of exactly min(n_rows, stored) rows (n_rows with replacement; none from an empty storage).
+        With `weights` the draw is one pass over them (the tree holds the stored weights)."""
         if n_rows <= 0 or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
+        if weights is not None:
+            slots = storage.valid_slots()
+            return slots[self._draw(weights[slots], n_rows, rng)]
         if len(storage) >= self.TREE_MIN_ROWS and storage.tree.total > 0:
             if self.replacement:
                 return self._tree_iid(storage, n_rows, rng)
@@ -107,11 +116,12 @@ class GroupPrioritizedSampler(PrioritizedSampler):
     fits. So the count is n_rows exactly when the drawn groups' sizes add up to it (groups of G rows and
     n_rows a multiple of G), else less. Rows of a group come in slot order, groups in draw order."""
 
-    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, storage: RolloutStorage, n_rows: int, rng: np.random.Generator,
+               weights: Optional[np.ndarray] = None) -> np.ndarray:
         if n_rows <= 0 or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
         slots = storage.valid_slots()
-        w = storage.col("weight")[slots]
+        w = (storage.col("weight") if weights is None else weights)[slots]
         keys, inv, sizes = np.unique(storage.col("group_key")[slots], return_inverse=True, return_counts=True)
         unit_w = np.bincount(inv, weights=w) / sizes
         draw = self._units_iid if self.replacement else self._units_in_order

@@ -35,6 +35,7 @@ COLUMNS: dict[str, Any] = {
     "prompt_key": np.int64,  # caller's stable prompt identity (-1 if none)
     "weight": np.float64,  # sampling weight, frozen at insertion like the advantage it derives from
     "seq": np.int64,  # insertion counter: the capacity backstop evicts the smallest first
+    "uses": np.int64,  # times the row has been replayed (ReplayConfig.max_uses evicts at the limit)
     "prompt_len": np.int64,  # real prompt tokens (right-aligned in the prompt arena)
     "comp_len": np.int64,  # last counted completion position + 1
 }
@@ -202,7 +203,7 @@ class RolloutStorage:
     ) -> np.ndarray:
         """Store n rows; returns their slots.
 
-        `scalars` maps every column except seq to an array of length n; `prompt_ids` (n, P) of any integer
+        `scalars` maps every column except seq and uses (0 for a new row) to an array of length n; `prompt_ids` (n, P) of any integer
         dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
         given: positions where it is False are then stored as 0. `completion` maps comp_ids, logps and ref
         (None when the rows carry no reference log-probs) to right-padded (n, C) arrays of any dtype, cast on
@@ -234,6 +235,7 @@ class RolloutStorage:
         for k, arr in scalars.items():
             self._cols[k][at] = arr
         self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
+        self._cols["uses"][at] = 0
         self._seq += n
         self.valid[at] = True
         self.dense[at] = dense

@@ -1,3 +1,4 @@
+import math
 import numpy as np
 import pytest
 import torch
@@ -139,7 +140,7 @@ def test_state_keeps_named_totals_and_old_list_totals_still_load():
         a.sample(2, t + 1)
     state = a.state_dict()
     assert state["totals"] == {"added": a.total_added, "evicted_age": a.total_evicted_age,
-                               "evicted_capacity": a.total_evicted_capacity}
+                               "evicted_capacity": a.total_evicted_capacity, "evicted_uses": 0, "evicted_drift": 0}
     old = {**state, "version": 2, "totals": [a.total_added, a.total_evicted_age, a.total_evicted_capacity]}
     b = ReplayBuffer(a.config)
     b.load_state_dict(old)
@@ -207,3 +208,76 @@ def test_no_draw_at_a_step_before_a_stored_birth():
     assert bool((buf.sample(12, 6).age(6) >= 0).all())
     with pytest.raises(ValueError, match="step=2.5 is invalid"):
         buf.sample(4, 2.5)
+
+
+# --- options beyond the paper: age_decay, max_uses, evict_rows ------------------------------------------
+def _two_ages(**cfg):
+    """One row born at step 0 and one at step 5, equal |A| (so equal stored weights)."""
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, replacement=True, **cfg), seed=0)
+    r = torch.tensor([1.0, 0.0])
+    buf.add(make_batch(1, 2, step=0, seed=0, rewards=r), 0)
+    buf.add(make_batch(1, 2, step=5, seed=1, rewards=r), 5)
+    return buf
+
+
+def test_age_decay_multiplies_priority_by_exp_minus_age_over_decay():
+    old_share = {}
+    for decay in (None, 2.0):
+        buf = _two_ages(age_decay=decay)
+        births = buf.sample(4000, 5).birth_step
+        old_share[decay] = float((births == 0).float().mean())
+    assert abs(old_share[None] - 0.5) < 0.03  # equal weights without decay
+    want = math.exp(-5 / 2.0) / (1 + math.exp(-5 / 2.0))  # 0.076: weight ratio exp(-(5 - 0) / 2)
+    assert abs(old_share[2.0] - want) < 0.02
+
+
+def test_age_decay_none_draws_exactly_what_the_paper_draws():
+    a, b = _two_ages(), _two_ages(age_decay=None)
+    assert a.sample(50, 6).birth_step.tolist() == b.sample(50, 6).birth_step.tolist()
+
+
+def test_max_uses_evicts_a_row_after_that_many_replays():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, max_uses=2), seed=0)
+    buf.add(make_batch(2, 4, step=0), 0)
+    first = buf.sample(8, 1)  # every row once
+    assert len(first) == 8 and len(buf) == 8 and (buf.storage.col("uses")[buf.storage.valid] == 1).all()
+    second = buf.sample(8, 2)  # every row its second time: all evicted after the draw, the batch intact
+    assert len(second) == 8 and len(buf) == 0
+    assert buf.total_evicted_uses == 8 and buf.stats(2)["buffer/evicted_uses"] == 8
+    assert len(buf.sample(8, 3)) == 0
+
+
+def test_max_uses_none_never_evicts_on_draw():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None), seed=0)
+    buf.add(make_batch(2, 4, step=0), 0)
+    for t in range(1, 6):
+        buf.sample(8, t)
+    assert len(buf) == 8 and "buffer/evicted_uses" not in buf.stats(6)
+
+
+def test_replay_rows_carry_their_insertion_number_and_evict_rows_removes_exactly_them():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, max_drift=0.1), seed=0)
+    buf.add(make_batch(2, 4, step=0), 0)
+    rep = buf.sample(3, 1)
+    seqs = rep.buffer_seq
+    assert seqs.shape == (3,) and len(set(seqs.tolist())) == 3
+    assert buf.evict_rows(torch.cat([seqs[:2], torch.tensor([-1])])) == 2  # -1: a fresh row, passed over
+    assert len(buf) == 6 and buf.total_evicted_drift == 2 and buf.stats(1)["buffer/evicted_drift"] == 2
+    assert buf.evict_rows(seqs[:2]) == 0  # already gone
+    left = set(buf.storage.col("seq")[buf.storage.valid].tolist())
+    assert not left & set(seqs[:2].tolist()) and int(seqs[2]) in left
+    buf.add(make_batch(1, 2, step=1, seed=5), 1)  # reuses the freed slots under new insertion numbers
+    assert buf.evict_rows(seqs[:2]) == 0 and len(buf) == 8
+    assert buf.total_added == len(buf) + buf.total_evicted_age + buf.total_evicted_capacity + buf.total_evicted_drift
+
+
+def test_age_decay_weighs_whole_groups_too():
+    buf = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0, tau_max=None, age_decay=0.01), seed=0)
+    for t in range(4):
+        buf.add(make_batch(2, 4, step=t, seed=t), t)
+    drawn = buf.sample(8, 4)  # two whole groups: the youngest two, born at step 3
+    assert len(drawn) == 8 and drawn.birth_step.tolist() == [3] * 8
+    plain = ReplayBuffer(ReplayConfig.uniform_pool(warmup_steps=0, tau_max=None), seed=0)
+    for t in range(4):
+        plain.add(make_batch(2, 4, step=t, seed=t), t)
+    assert any(plain.sample(8, 4).birth_step.tolist() != [3] * 8 for _ in range(5))

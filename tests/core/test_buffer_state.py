@@ -176,6 +176,28 @@ def test_corrupt_files_raise_the_one_error(tmp_path):
     assert len(fresh) == 0
 
 
+def _as_version_3(arrays, state):
+    """What version 4 added taken out: the replay counts, two totals and four config fields."""
+    del arrays["col.uses"]
+    for k in ("evicted_uses", "evicted_drift"):
+        assert state["totals"].pop(k) == 0
+    for k in ("max_drift", "fill_filtered", "max_uses", "age_decay"):
+        del state["config"][k]
+
+
+def test_version_3_files_load_with_zero_replay_counts(tmp_path):
+    buf = _buffer(with_ref=False)
+    buf.save(tmp_path / "b")
+    arrays, state = _read(tmp_path / "b")
+    _as_version_3(arrays, state)
+    state["version"] = 3
+    _write(tmp_path / "b", arrays, state, forge=True)
+    old = ReplayBuffer.load(tmp_path / "b")
+    assert old.config == buf.config and (old.storage.col("uses")[old.storage.valid] == 0).all()
+    a, b = buf.sample(4, 6), old.sample(4, 6)
+    assert a.completion_ids.tolist() == b.completion_ids.tolist()
+
+
 def test_version_1_files_still_load(tmp_path):
     """Files written before the checksum and "step" fields existed load and draw like the saved buffer."""
     buf = _buffer(with_ref=True)
@@ -183,6 +205,8 @@ def test_version_1_files_still_load(tmp_path):
     arrays, state = _read(tmp_path / "b")
     del state["checksum"], state["step"]
     state["version"] = 1
+    _as_version_3(arrays, state)
+    state["totals"] = [state["totals"][k] for k in ("added", "evicted_age", "evicted_capacity")]
     _write(tmp_path / "b", arrays, state, forge=False)
     old = ReplayBuffer.load(tmp_path / "b")
     assert old.last_step == 5  # the newest birth step
@@ -282,3 +306,27 @@ def test_mutated_files_load_identically_or_raise_the_one_error(m):
         out = buf.sample(4, step + 1)
         assert len(out) == min(4, len(buf)) and bool((out.completion_mask.sum(1) >= 0).all())
         buf.add(make_batch(1, 3, step=step + 1, seed=1, with_ref=buf.storage.has_ref or (len(buf) == 0 and with_ref)), step + 1)
+
+
+def test_replay_counts_are_saved_restored_and_validated(tmp_path):
+    cfg = CFG.replace(max_uses=3, tau_max=None)
+    buf = ReplayBuffer(cfg, seed=3)
+    buf.add(make_batch(2, 3, step=0, seed=0), 0)
+    for t in range(1, 3):
+        buf.sample(4, t)
+    uses = buf.storage.col("uses")[buf.storage.valid].copy()
+    assert uses.sum() == 8 and uses.max() <= 2
+    buf.save(tmp_path / "b")
+    back = ReplayBuffer.load(tmp_path / "b")
+    assert np.array_equal(back.storage.col("uses")[back.storage.valid], uses)
+    a, b = buf.sample(4, 3), back.sample(4, 3)  # same draws, same evictions at the limit
+    assert a.buffer_seq.tolist() == b.buffer_seq.tolist() and len(buf) == len(back)
+    assert back.total_evicted_uses == buf.total_evicted_uses > 0
+    arrays, state = _read(tmp_path / "b")
+    for bad_uses, why in ((-1, "col.uses"), (3, "col.uses")):
+        forged = dict(arrays)
+        forged["col.uses"] = arrays["col.uses"].copy()
+        forged["col.uses"][np.flatnonzero(arrays["valid"])[0]] = bad_uses
+        _write(tmp_path / "f", forged, dict(state))
+        with pytest.raises(BufferStateError, match=rf"field '{why}' must be replay counts >= 0 and < max_uses=3"):
+            ReplayBuffer.load(tmp_path / "f")

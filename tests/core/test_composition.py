@@ -152,3 +152,51 @@ def test_pool_fills_its_share_with_the_groups_that_fit():
         fresh = make_batch(2, 4, step=3, seed=9)  # 8 rows at ratio 0.5: a share of round(8 / 3) = 3
         out, kept = compose_batch(fresh, buf, 3)
         assert int(out.is_replay.sum()) == 3 and len(kept) == 5 and len(out) == 8
+
+
+# --- fill_filtered: the replay count is the number of rows the zero-variance filter removed ---------------
+def _filled_buffer(**cfg):
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, fill_filtered=True, **cfg), seed=0)
+    buf.add(make_batch(8, 4, step=0, seed=0), 0)
+    return buf
+
+
+def test_fill_filtered_replays_as_many_rows_as_were_filtered():
+    buf = _filled_buffer()
+    fresh = make_batch(2, 4, step=1, seed=1)
+    batch, idx = compose_batch(fresh, buf, 1, n_filtered=12)
+    assert len(batch) == 8 + 12 and int(batch.is_replay.sum()) == 12 and idx.tolist() == list(range(8))
+    # every group filtered: the update is replay rows only, as many as were generated
+    empty = fresh.select(torch.arange(0))
+    only, idx = compose_batch(empty, buf, 1, n_filtered=20)
+    assert len(only) == 20 and bool(only.is_replay.all()) and len(idx) == 0
+    # nothing filtered: no replay, whatever replay_ratio says
+    none, _ = compose_batch(fresh, buf, 1, n_filtered=0)
+    assert len(none) == 8 and not bool(none.is_replay.any())
+
+
+def test_fill_filtered_keeps_warmup_and_needs_the_count():
+    buf = _filled_buffer()
+    buf.config = buf.config.replace(warmup_steps=5)
+    batch, _ = compose_batch(make_batch(2, 4, step=1, seed=1), buf, 1, n_filtered=8)
+    assert len(batch) == 8  # warm-up: no replay rows
+    with pytest.raises(ValueError, match=r"compose_batch: n_filtered=None is invalid; allowed: an integer >= 0"):
+        compose_batch(make_batch(2, 4, step=6, seed=1), buf, 6)
+
+
+def test_without_fill_filtered_the_count_is_not_used():
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None), seed=0)
+    buf.add(make_batch(8, 4, step=0, seed=0), 0)
+    batch, _ = compose_batch(make_batch(2, 4, step=1, seed=1), buf, 1, n_filtered=24)
+    assert int(batch.is_replay.sum()) == 4  # round(0.5 * 8)
+
+
+def test_composed_batch_carries_buffer_seq_with_minus_one_for_fresh_rows():
+    buf = _filled_buffer()
+    fresh = make_batch(2, 4, step=1, seed=1)
+    batch, _ = compose_batch(fresh, buf, 1, n_filtered=4)
+    seq = batch.buffer_seq
+    assert seq[:8].tolist() == [-1] * 8 and (seq[8:] >= 0).all()
+    assert batch.select(torch.arange(6, 12)).buffer_seq.tolist() == seq[6:12].tolist()
+    assert RolloutBatch.concat([fresh, batch.select(torch.arange(8, 12))]).buffer_seq.tolist() == seq.tolist()[:8] + seq.tolist()[8:]
+    assert fresh.buffer_seq is None and RolloutBatch.concat([fresh, fresh]).buffer_seq is None

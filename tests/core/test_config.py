@@ -74,3 +74,39 @@ def test_verl_replay_group_matches_replay_config(preset):
             comments[line.split(":")[0]] = " ".join(block)
             block = []
     assert {k: comments[k] for k in core} == {k: docs[k] for k in core}
+
+
+# --- the options beyond the paper -----------------------------------------------------------------------
+@pytest.mark.parametrize("field,value,allowed", [
+    ("max_drift", 0.0, "a finite number > 0 or None"), ("max_drift", -1.0, "a finite number > 0 or None"),
+    ("max_drift", "0.1", "a finite number > 0 or None"), ("max_drift", float("nan"), "a finite number > 0 or None"),
+    ("fill_filtered", 1, "true or false"), ("fill_filtered", "yes", "true or false"),
+    ("max_uses", 0, "an integer >= 1 or None"), ("max_uses", 2.0, "an integer >= 1 or None"),
+    ("max_uses", True, "an integer >= 1 or None"),
+    ("age_decay", 0, "a finite number > 0 or None"), ("age_decay", float("inf"), "a finite number > 0 or None"),
+])
+def test_options_are_validated_naming_the_field_and_allowed_values(field, value, allowed):
+    with pytest.raises(ValueError, match=rf"ReplayConfig\.{field}=.* is invalid; allowed: {allowed}"):
+        ReplayConfig(**{field: value})
+
+
+def test_fill_filtered_is_refused_where_it_cannot_take_effect():
+    with pytest.raises(ValueError, match=r"ReplayConfig\.fill_filtered=True is invalid; allowed: false with composition='pool'"):
+        ReplayConfig.uniform_pool(fill_filtered=True)
+    with pytest.raises(ValueError, match=r"ReplayConfig\.fill_filtered=True is invalid; allowed: false with replay_ratio=0"):
+        ReplayConfig.grpo(fill_filtered=True)
+    assert ReplayConfig(fill_filtered=True).fill_filtered
+
+
+def test_options_default_off_in_every_preset():
+    for preset in PRESETS:
+        c = ReplayConfig.from_preset(preset)
+        assert (c.max_drift, c.fill_filtered, c.max_uses, c.age_decay) == (None, False, None, None)
+
+
+def test_engines_without_the_options_refuse_them():
+    from grpo_replay.config import refuse_options
+
+    refuse_options(ReplayConfig(), "X")  # the defaults pass
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_uses=2 is invalid; allowed: None \(the X integration"):
+        refuse_options(ReplayConfig(max_uses=2), "X")

@@ -158,3 +158,21 @@ def test_masked_positions_do_not_influence_loss_or_gradient(beta):
     loss, _ = ppo_clip_loss(logps2, dirty, cfg)
     loss.backward()
     assert torch.equal(loss, ref_loss) and torch.equal(logps2.grad, ref_grad)
+
+
+def test_replay_drift_is_the_mean_k3_kl_of_each_replayed_row():
+    from grpo_replay.loss import replay_drift
+
+    b = make_batch(1, 3, seed=0)
+    b.is_replay = torch.tensor([False, True, True])
+    b.completion_mask = torch.zeros_like(b.completion_mask)
+    b.completion_mask[:, :2] = 1
+    b.completion_mask[2] = 0  # a replayed row without counted tokens
+    b.behaviour_logps = torch.zeros_like(b.behaviour_logps)
+    logps = torch.full(b.behaviour_logps.shape, float("nan"))  # padding may hold anything
+    logps[:, 0], logps[:, 1] = math.log(0.5), math.log(2.0)
+    d = replay_drift(logps, b)
+    k3 = lambda x: math.exp(x) - 1 - x  # noqa: E731
+    assert d[0] == 0 and d[2] == 0  # fresh row; no counted tokens
+    assert d[1].item() == pytest.approx((k3(math.log(0.5)) + k3(math.log(2.0))) / 2)
+    assert not d.requires_grad

@@ -20,7 +20,7 @@ def _float_fields(cls) -> list[str]:
 
 def test_every_float_field_is_listed():
     # If a float field is added, the parametrisations below must cover it (they are built from these lists).
-    assert set(_float_fields(ReplayConfig)) == {"replay_ratio", "alpha", "eps"}
+    assert set(_float_fields(ReplayConfig)) == {"replay_ratio", "alpha", "eps", "max_drift", "age_decay"}
     assert set(_float_fields(LossConfig)) == {"eps_low", "eps_high", "dual_clip_c", "beta"}
 
 
@@ -55,6 +55,17 @@ def test_trl_config_rejects_non_finite_replay_fields(tmp_path):
         name = "ReplayConfig" if next(iter(kw)).startswith("replay") else "ReplayGRPOConfig"
         with pytest.raises(ValueError, match=rf"{name}\..*is invalid; allowed: a finite number"):
             ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kw)
+
+
+def test_trl_config_takes_the_replay_options_but_max_drift(tmp_path):
+    pytest.importorskip("trl")
+    from grpo_replay.integrations.trl import ReplayGRPOConfig
+
+    for field, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0)):
+        c = ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{f"replay_{field}": value})
+        assert getattr(c.to_replay_config(), field) == value
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the TRL integration does not"):
+        ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, replay_max_drift=0.5)
 
 
 # --- non-finite rewards -----------------------------------------------------------------------------

@@ -374,3 +374,37 @@ def test_prefix_grouper_uid_count_divides_dp(dp_size):
         sig = [tuple(out.batch["prompts"][i].tolist()) for i in range(len(out))]
         for u in set(uid):
             assert len({sig[i] for i in np.flatnonzero(uid == u)}) == 1
+
+
+# --- options beyond the paper ---------------------------------------------------------------------------
+def test_fill_filtered_fills_the_update_to_the_generated_rows():
+    h = hook(fill_filtered=True, tau_max=None)
+    rewards = np.tile(np.array([1, 0, 0, 0], np.float32), 8)  # every group has variance: nothing filtered
+    h(make_batch(1, rewards=rewards), 1, mini_batch_rows=32, group_size=4)
+    assert h.last_plan.n_replay == 0
+    half = np.concatenate([np.tile(np.array([1, 0, 0, 0], np.float32), 4), np.ones(16, np.float32)])
+    out = h(make_batch(2, rewards=half), 2, mini_batch_rows=32, group_size=4)
+    assert h.last_plan.n_zero_variance == 16 and h.last_plan.n_replay == 16 and len(out) == 32
+    plain = hook(tau_max=None)  # replay_ratio 0.5 without the option: 8 replay rows, 16 + 8 fresh + replay
+    plain(make_batch(1, rewards=rewards), 1, mini_batch_rows=32, group_size=4)
+    plain(make_batch(2, rewards=half), 2, mini_batch_rows=32, group_size=4)
+    assert plain.last_plan.n_replay == 8
+
+
+def test_max_uses_and_age_decay_act_through_the_buffer():
+    h = hook(max_uses=1, tau_max=None, replay_ratio=1.0)
+    rewards = np.tile(np.array([1, 0, 0, 0], np.float32), 8)
+    for t in range(1, 4):
+        h(make_batch(t, rewards=rewards), t, mini_batch_rows=32, group_size=4)
+    assert h.buffer.total_evicted_uses > 0 and h.last_plan.metrics["buffer/evicted_uses"] == h.buffer.total_evicted_uses
+    d = hook(age_decay=0.01, tau_max=None, replay_ratio=0.25)
+    for t in range(1, 5):
+        d(make_batch(t, rewards=rewards), t, mini_batch_rows=32, group_size=4)
+    assert d.last_plan.metrics["replay/age_max"] == 1  # a steep decay draws only the youngest rows (32 stored)
+
+
+def test_options_verl_cannot_honour_are_refused():
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl integration"):
+        hook(max_drift=0.5)
+    with pytest.raises(ValueError, match=r"ReplayConfig\.fill_filtered=True is invalid; allowed: false with filter_zero_variance"):
+        split_config({"fill_filtered": True, "filter_zero_variance": False})

@@ -14,3 +14,10 @@ from grpo_replay.integrations.verl import split_config  # noqa: E402
 def test_replay_group_rejects_non_finite_floats(key, value):
     with pytest.raises(ValueError, match=rf"ReplayConfig\.{key}=.* is invalid; allowed: a finite number"):
         split_config({"preset": "paper", key: value})
+
+
+def test_replay_group_takes_the_options_and_refuses_max_drift():
+    for key, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0)):
+        assert getattr(split_config({"preset": "paper", key: value})[0], key) == value
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl integration"):
+        split_config({"preset": "paper", "max_drift": 0.5})

@@ -218,3 +218,17 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
     # ... and the stored rows restored with verl's TransferQueue checkpoint (async modes) were cleared, not leaked
     live = {f"grpo-replay-{i}" for i in empty.replay_store.live_ids()}
     assert {k for k in tq.kv_list("train")["train"] if is_store_key(k)} == live
+
+
+@pytest.mark.timeout(900)
+def test_v1_max_uses_replays_each_stored_row_once_and_clears_it_after_the_update(tq_cluster, tmp_path):
+    empty_tq()
+    t = run_fit(replay_cls("sync"), v1_config(tmp_path, "sync", *RATIO, "replay.filter_zero_variance=false",
+                                              "replay.max_uses=1", "replay.tau_max=5"))
+    replayed = [k for us in by_step(t).values() for up in us for k in up["keys"] if is_store_key(k)]
+    assert replayed and len(replayed) == len(set(replayed))  # read for its update, then evicted: never again
+    assert t.replay_store.buffer.total_evicted_uses >= len(replayed)
+    listed = tq.kv_list("train")["train"]
+    assert sorted(k for k in listed if is_store_key(k)) == sorted(
+        k for k in listed if is_store_key(k) and k not in set(replayed))  # the evicted rows' keys are cleared
+    assert len([k for k in listed if is_store_key(k)]) == len(t.replay_store.buffer)

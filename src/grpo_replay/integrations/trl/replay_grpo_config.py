@@ -16,13 +16,16 @@ from typing import Any, Mapping, Optional
 
 from trl import GRPOConfig
 
-from ...config import PRESETS, ReplayConfig
+from ...config import PRESETS, ReplayConfig, refuse_options
 from ...app.configio import bad, field_docs, is_finite
 
 TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
 
 # ReplayConfig field -> its ReplayGRPOConfig field: replay_<name> (replay_ratio keeps its name). Built from
 # ReplayConfig itself, so a new core setting reaches TRL users without being retyped here.
+# TRL computes the loss itself: bounding a replay row's drift would need its current log-probs before the loss
+# and a renormalised num_items_in_batch (docs/method.md); its own off_policy_mask_threshold is a different rule.
+TRL_REFUSED = ("max_drift",)
 REPLAY_FIELDS = {f.name: f.name if f.name.startswith("replay_") else f"replay_{f.name}" for f in dataclasses.fields(ReplayConfig)}
 _HINTS = typing.get_type_hints(ReplayConfig)
 
@@ -70,7 +73,7 @@ class ReplayGRPOConfig(GRPOConfig):
             value = getattr(self, name, None)
             if value is not None and not is_finite(value):
                 bad(self, name, "a finite number")
-        self.to_replay_config()  # fail before any compute on an invalid replay setting
+        refuse_options(self.to_replay_config(), "TRL", TRL_REFUSED)  # fail before any compute on a bad replay setting
 
     def replay_overrides(self) -> dict[str, Any]:
         """The replay_* fields that were set, as `ReplayConfig` keyword arguments."""

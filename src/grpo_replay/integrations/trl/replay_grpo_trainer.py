@@ -48,7 +48,8 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
 from ...composition import compose_batch
-from ...config import ReplayConfig
+from ...config import ReplayConfig, refuse_options
+from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
@@ -76,6 +77,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
     `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset)."""
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
+        if replay_config is not None:
+            refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
         super().__init__(*args, **kwargs)
         if replay_config is None:
             to_cfg = getattr(self.args, "to_replay_config", None)
@@ -217,7 +220,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
         fresh, nonzero_var, has_tokens = self._replay_fresh_batch(out, rewards_per_func, step)
         # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
-        composed, kept = compose_batch(fresh, self.replay_buffer, step)
+        # replay.fill_filtered: as many replay rows as this process has zero-variance rows (TRL keeps them, A = 0)
+        n_filtered = int((~nonzero_var).sum())
+        composed, kept = compose_batch(fresh, self.replay_buffer, step, n_filtered=n_filtered)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
 
         # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.
@@ -426,6 +431,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             "zero_variance_rows": n_fresh - n_ok,
             "fresh_rows_generated": n_fresh,
             "evicted_age_total": float(self.replay_buffer.total_evicted_age),
+            "evicted_uses_total": float(self.replay_buffer.total_evicted_uses),
             "fresh_abs_adv_sum": float(abs_adv[~rep].sum()),
             "replay_abs_adv_sum": float(abs_adv[rep].sum()),
         })
@@ -436,6 +442,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         metrics["replay/rows"].append(replay_rows)
         metrics["replay/frac_zero_variance"].append(tot["zero_variance_rows"] / max(tot["fresh_rows_generated"], 1.0))
         metrics["replay/evicted_age_total"].append(tot["evicted_age_total"])
+        if self.replay_config.max_uses is not None:
+            metrics["replay/evicted_uses_total"].append(tot["evicted_uses_total"])
         if fresh_rows > 0:
             metrics["fresh/abs_adv"].append(tot["fresh_abs_adv_sum"] / fresh_rows)
         if replay_rows > 0:

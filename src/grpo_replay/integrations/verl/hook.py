@@ -39,8 +39,9 @@ import torch
 from ...advantage import group_advantages, nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
-from ...config import ReplayConfig
+from ...config import ReplayConfig, refuse_options
 from ...rollout import RolloutBatch
+from ...validation import bad as bad_field
 from ._compat import DataProto
 from .uids import adjacent_uid_order, split_uid_runs
 
@@ -291,6 +292,7 @@ class ReplayHook:
     def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
+        check_options(self.config, self.settings)
         self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
         self.last_plan: Optional[ReplayPlan] = None
 
@@ -328,7 +330,8 @@ class ReplayHook:
         spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
 
         # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
-        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step)
+        # n_filtered is the replay count with replay.fill_filtered (ignored otherwise)
+        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step, n_filtered=len(spare))
         is_rep = composed.is_replay
         fresh_idx = used[kept.numpy()]
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
@@ -480,4 +483,14 @@ def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlRepla
         raise ValueError(f"unknown replay config keys {unknown}; allowed: {sorted(CONFIG_FIELDS + SETTINGS_FIELDS)}")
     config = ReplayConfig.from_preset(preset, **{k: v for k, v in cfg.items() if k in CONFIG_FIELDS})
     settings = VerlReplaySettings(**{k: v for k, v in cfg.items() if k in SETTINGS_FIELDS})
+    check_options(config, settings)
     return config, settings
+
+
+def check_options(config: ReplayConfig, settings: VerlReplaySettings) -> None:
+    """Raise ConfigError for an option beyond the paper that verl cannot honour (docs/method.md). max_drift needs
+    each replay row's log-probs under the current policy, which verl's actor computes only inside its update
+    (an extra forward pass over the replay rows would be needed); fill_filtered needs the filter on."""
+    refuse_options(config, "verl", ("max_drift",))
+    if config.fill_filtered and not settings.filter_zero_variance:
+        bad_field(config, "fill_filtered", "false with filter_zero_variance=false (no rows are filtered to fill)")

@@ -84,7 +84,8 @@ class ReplayV1Mixin:
             return batch
         before = store.live_ids()
         plan = store.compose(fresh, step)
-        store.clear_evicted(tq, pid, before)
+        # rows this draw evicted (replay.max_uses) are read for the update first: their keys are cleared after it
+        store.clear_evicted(tq, pid, np.setdiff1d(before, plan.replay_ids))
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
@@ -102,6 +103,7 @@ class ReplayV1Mixin:
             if store.settings.rebalance and self.config.trainer.balance_batch and changed:
                 composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
             super()._update_actor(composed, metrics)
+        store.clear_evicted(tq, pid, plan.replay_ids)
         # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
         n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
         metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step, replay_tokens))

@@ -25,7 +25,7 @@ from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
-from .hook import VerlReplaySettings, row_advantages
+from .hook import VerlReplaySettings, check_options, row_advantages
 
 KEY_PREFIX = "grpo-replay-"
 STORE_TAG = "grpo_replay"
@@ -135,6 +135,7 @@ class TQReplayStore:
     def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
+        check_options(self.config, self.settings)
         self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
         self.next_id = 0
 
@@ -148,7 +149,7 @@ class TQReplayStore:
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy() if n else np.zeros(0, bool)
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(n)
         view = placeholder_batch(np.full(len(used), -1), fresh, used) if len(used) else _empty_view()
-        composed, kept = compose_batch(view, self.buffer, step)
+        composed, kept = compose_batch(view, self.buffer, step, n_filtered=n - len(used))  # for fill_filtered
         rep = torch.nonzero(composed.is_replay).flatten()
         replay = composed.select(rep)
         return V1Plan(

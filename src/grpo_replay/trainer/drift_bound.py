@@ -1,0 +1,83 @@
+"""`replay.max_drift` in the built-in trainer: measure each replayed row's drift on the update's own forward
+pass, mask the rows above the bound out of the loss, and renormalise the accumulated gradient so that it is
+the loss over the rows kept (as if the dropped rows had never been in the batch).
+
+The measure is `loss.replay_drift` (mean per-token k3 estimate of KL(behaviour || current)); it costs no
+extra forward pass. The loop evicts the dropped rows from the buffer by their `buffer_seq`.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..loss import replay_drift
+from ..rollout import RolloutBatch
+
+
+class DriftBound:
+    """One update's drift bookkeeping: `apply` per micro-batch (after its forward pass, before its loss),
+    `finish` once after the last backward, `stats` for the update's result."""
+
+    def __init__(self, bound: float):
+        self.bound = bound
+        self.drift: list[torch.Tensor] = []  # (b,) per micro-batch
+        self.dropped: list[torch.Tensor] = []  # (b,) bool
+        self.tokens: list[torch.Tensor] = []  # (b,) counted tokens per row before masking
+
+    def apply(self, part: RolloutBatch, logps: torch.Tensor) -> RolloutBatch:
+        """`part` with the completion masks of its replayed rows above the bound zeroed. Fresh rows are never
+        dropped (their drift is 0: these parameters generated them)."""
+        self.tokens.append(part.completion_mask.ne(0).sum(1).cpu())
+        drift = replay_drift(logps, part)
+        dropped = part.is_replay.to(drift.device) & (drift > self.bound)
+        if bool(dropped.any()):
+            # a field replaced, not written in place: the micro-batch's tensors are views of the composed batch's
+            part.completion_mask = part.completion_mask.ne(0) & ~dropped.unsqueeze(1)
+        self.drift.append(drift.cpu())
+        self.dropped.append(dropped.cpu())
+        return part
+
+    def finish(self, model, aggregation: str) -> tuple[float, bool]:
+        """Scale the accumulated gradients to those of the loss over the kept rows only; returns (factor,
+        anything kept). The micro-batch weights were shares of the whole batch's tokens (token_mean) or rows
+        (the others) and the dropped rows contributed 0, so one factor corrects every gradient exactly."""
+        drop = torch.cat(self.dropped)
+        if not bool(drop.any()):
+            return 1.0, True
+        if aggregation == "token_mean":
+            total = float(sum(t.sum() for t in self.tokens))
+            kept = total - float(sum(t[d].sum() for t, d in zip(self.tokens, self.dropped)))
+        else:
+            total, kept = float(len(drop)), float((~drop).sum())
+        if kept == 0:
+            return 0.0, False
+        factor = total / kept
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(factor)
+        return factor, True
+
+    def stats(self) -> dict[str, torch.Tensor]:
+        return {"drift": torch.cat(self.drift), "drift_dropped": torch.cat(self.dropped)}
+
+
+def evict_drifted(buffer, update: RolloutBatch, stats: Optional[dict[str, Any]]) -> int:
+    """Evict from `buffer` the replayed rows of `update` that its update dropped (by their `buffer_seq`)."""
+    if stats is None or "drift_dropped" not in stats or not bool(stats["drift_dropped"].any()):
+        return 0
+    return buffer.evict_rows(update.buffer_seq[stats["drift_dropped"]])
+
+
+def drift_metrics(batch: RolloutBatch, stats: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """replay/drift_dropped (rows masked out and evicted: 0 in a step without an update), replay/drift_mean
+    and replay/drift_max (over the replayed rows, when the update had some) of one step under max_drift."""
+    if stats is None:
+        return {"replay/drift_dropped": 0}
+    rep = batch.is_replay.cpu()
+    out: dict[str, Any] = {"replay/drift_dropped": int(stats["drift_dropped"].sum())}
+    if bool(rep.any()):
+        d = stats["drift"][rep]
+        out["replay/drift_mean"] = float(d.mean())
+        out["replay/drift_max"] = float(d.max())
+    return out

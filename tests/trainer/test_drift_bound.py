@@ -1,0 +1,63 @@
+"""replay.max_drift in the built-in trainer's update: drifted replay rows leave the loss exactly."""
+import types
+
+import pytest
+import torch
+
+from grpo_replay.loss import LossConfig
+from grpo_replay.trainer.logprobs import token_logps
+from grpo_replay.trainer.loop import _update
+from helpers import make_batch
+
+
+class _Toy(torch.nn.Module):
+    """logits = an embedding of the input token: enough of a causal LM for token_logps."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(64, 64)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        return types.SimpleNamespace(logits=self.emb(input_ids))
+
+
+def _batch(model):
+    b = make_batch(2, 4, seed=3)
+    b.is_replay = torch.tensor([False] * 4 + [True] * 4)
+    with torch.no_grad():
+        now = token_logps(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask)
+    far = torch.tensor([False] * 5 + [True, False, True])  # replay rows 5 and 7 drifted, 4 and 6 did not
+    b.behaviour_logps = torch.where(far.unsqueeze(1), now - 3.0, now) * b.completion_mask
+    return b, far
+
+
+def _step(batch, aggregation, max_drift, micro):
+    model = _Toy()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    cfg = types.SimpleNamespace(micro_batch_size=micro, temperature=1.0, max_grad_norm=0.0,
+                                replay=types.SimpleNamespace(max_drift=max_drift))
+    stats = _update(model, opt, sched, batch, LossConfig(aggregation=aggregation, max_completion_length=7), cfg)
+    return model.emb.weight.detach(), stats
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
+def test_drifted_rows_are_masked_out_and_the_update_equals_one_without_them(aggregation):
+    batch, far = _batch(_Toy())
+    with_bound, stats = _step(batch, aggregation, max_drift=1.0, micro=3)  # micro-batches 3 + 3 + 2
+    without_rows, _ = _step(batch.select((~far).nonzero().squeeze(1)), aggregation, max_drift=None, micro=None)
+    assert stats["drift_dropped"].tolist() == far.tolist()
+    assert (stats["drift"][far] > 1.0).all() and (stats["drift"][~far] < 1e-6).all()
+    torch.testing.assert_close(with_bound, without_rows, rtol=1e-5, atol=1e-6)
+    unbounded, _ = _step(batch, aggregation, max_drift=None, micro=3)
+    assert not torch.allclose(unbounded, without_rows)  # the dropped rows did weigh in without the bound
+
+
+def test_an_update_whose_every_row_drifted_does_not_step():
+    batch, _ = _batch(_Toy())
+    rep = batch.select(torch.tensor([5, 7]))
+    before = _Toy().emb.weight.detach().clone()
+    after, stats = _step(rep, "token_mean", max_drift=1.0, micro=None)
+    assert stats["loss"] is None and stats["finite"] and bool(stats["drift_dropped"].all())
+    assert torch.equal(before, after)
