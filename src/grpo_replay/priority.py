@@ -8,32 +8,31 @@ So a priority that needs the reward, the completion length or the birth step is 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .registry import Registry
 
-if TYPE_CHECKING:
-    from .config import ReplayConfig
-
-PriorityFn = Callable[[Mapping[str, np.ndarray], "ReplayConfig"], np.ndarray]
+# `config` is the buffer's ReplayConfig; typed Any so that this module does not import config.py, which imports
+# this registry to validate its priority names (an import cycle otherwise, if only for the type checker).
+PriorityFn = Callable[[Mapping[str, np.ndarray], Any], np.ndarray]
 PRIORITIES: Registry[PriorityFn] = Registry("priority", params=("columns", "config"))
 
 
 @PRIORITIES.register("abs_advantage")
-def abs_advantage(columns: Mapping[str, np.ndarray], config: "ReplayConfig") -> np.ndarray:
+def abs_advantage(columns: Mapping[str, np.ndarray], config: Any) -> np.ndarray:
     """The paper's rollout-level priority (|A_i| + eps)^alpha: the lone correct rollout of a group ranks high."""
     return np.power(np.abs(columns["advantage"], dtype=np.float64) + config.eps, config.alpha)
 
 
 @PRIORITIES.register("group_std")
-def group_std(columns: Mapping[str, np.ndarray], config: "ReplayConfig") -> np.ndarray:
+def group_std(columns: Mapping[str, np.ndarray], config: Any) -> np.ndarray:
     """Query-level priority (sigma_g + eps)^alpha: every rollout of a group gets its group's weight."""
     return np.power(np.asarray(columns["group_std"], dtype=np.float64) + config.eps, config.alpha)
 
 
 @PRIORITIES.register("uniform")
-def uniform(columns: Mapping[str, np.ndarray], config: "ReplayConfig") -> np.ndarray:
+def uniform(columns: Mapping[str, np.ndarray], config: Any) -> np.ndarray:
     """Every rollout alike (weight 1)."""
     return np.ones(len(columns["advantage"]), dtype=np.float64)

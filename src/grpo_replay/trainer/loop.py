@@ -55,7 +55,7 @@ from . import checkpoint, lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .drift_bound import DriftBound, drift_metrics, evict_drifted
 from .evaluation import evaluate
-from .lifecycle import EVAL_SEED_OFFSET, HELDOUT_SEED, resolve_device, write_summary  # noqa: F401 (re-exported)
+from .lifecycle import EVAL_SEED_OFFSET, HELDOUT_SEED, HeldOut, resolve_device, write_summary  # noqa: F401 (re-exported)
 from .logprobs import token_logps
 from .memory import check_step_memory
 from .rewards import RewardScorer, SafeRewardTask
@@ -153,8 +153,8 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
-    eval_task = SafeRewardTask(task, scorer)  # evaluation rewards are guarded by the same timeout
-    heldout = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
+    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards: the same timeout
+    eval_task, heldout = held_out.task, held_out.problems
     drift = None
     if cfg.drift_probe:
         # Sampled from the initial policy (build_policy is deterministic; the checkpoint stores it all the same).
@@ -173,8 +173,7 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
         heldout=heldout, generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
         prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info, drift=drift,
         loss_cfg=LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new}),
-        eval_kw=dict(n_samples=cfg.eval_samples, max_new_tokens=max_new, temperature=cfg.temperature,
-                     seed=cfg.seed + EVAL_SEED_OFFSET),
+        eval_kw=held_out.kw,
     )
 
 

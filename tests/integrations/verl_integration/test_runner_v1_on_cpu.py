@@ -60,10 +60,15 @@ def _main(*overrides):
         ("replay.priority=bogus", "priority"),
         ("transfer_queue.backend.SimpleStorage.total_storage_size=100",
          "transfer_queue.backend.SimpleStorage.total_storage_size=100 cannot hold"),
+        # no age bound: the capacity bounds the stored rows (this was a TypeError on tau_max + 1)
+        ("transfer_queue.backend.SimpleStorage.total_storage_size=100 replay.tau_max=null",
+         "cannot hold up to 30000 stored replay rows"),
+        ("transfer_queue.backend.SimpleStorage.total_storage_size=100 replay.tau_max=null replay.capacity=null",
+         "cannot bound a buffer with replay.tau_max=null and replay.capacity=null"),
     ],
 )
 def test_main_refuses_bad_settings_with_exit_2_before_ray(override, message):
-    r = _main(override, f"actor_rollout_ref.model.path={MISSING_MODEL}")
+    r = _main(*override.split(), f"actor_rollout_ref.model.path={MISSING_MODEL}")
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "ray init" not in r.stdout
 

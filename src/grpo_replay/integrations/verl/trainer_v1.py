@@ -224,7 +224,13 @@ def check_storage(config: Any) -> None:
     if limit is None or not cfg.enabled:
         return
     per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
-    stored = (cfg.tau_max + 1) * per_step if cfg.capacity is None else min(cfg.capacity, (cfg.tau_max + 1) * per_step)
+    by_age = None if cfg.tau_max is None else (cfg.tau_max + 1) * per_step  # no age bound: capacity alone bounds it
+    if by_age is None and cfg.capacity is None:
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot bound a buffer with "
+            "replay.tau_max=null and replay.capacity=null (it grows without limit); allowed: a replay.tau_max, a "
+            "replay.capacity, or no total_storage_size")
+    stored = cfg.capacity if by_age is None else by_age if cfg.capacity is None else min(cfg.capacity, by_age)
     mode = config.trainer.v1.trainer_mode
     warmup = float(config.trainer.v1.get(mode, {}).get("num_warmup_batches", 0) or 0)
     n = int(config.actor_rollout_ref.rollout.n)
