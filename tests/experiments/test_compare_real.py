@@ -144,6 +144,7 @@ def test_a_new_benchmark_setting_after_the_checkpoint_was_deleted_fails_clearly(
         (["--eval-temperature", "nan"], "--eval-temperature=nan is invalid; allowed: a finite number >= 0 (0 = greedy)"),
         (["--eval-top-p", "1.5"], "--eval-top-p=1.5 is invalid; allowed: a number in (0, 1]"),
         (["--eval-max-new-tokens", "0"], "--eval-max-new-tokens=0 is invalid; allowed: an integer >= 1"),
+        (["--eval-temperature", "0"], "--eval-n=2 is invalid; allowed: 1 with --eval-temperature 0"),
     ],
 )
 def test_bad_input_names_the_flag(tmp_path, capsys, extra, message):

@@ -70,6 +70,8 @@ class BenchSettings:
         # Checked here, not only where the evaluation builds its SamplingParams: that is after every run has trained.
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             bad("temperature", "a finite number >= 0 (0 = greedy)")
+        if self.temperature == 0 and self.n > 1:
+            bad("n", "1 with --eval-temperature 0 (greedy decoding: one completion per problem), or a temperature > 0")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             bad("top_p", "a number in (0, 1]")
         if self.max_new_tokens < 1:
