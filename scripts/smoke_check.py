@@ -64,8 +64,8 @@ class Recorder:
         self.name, self.problems, self.batches, self.replay_rows = name, [], 0, 0
 
     def wrap(self, compose: Callable) -> Callable:
-        def checked(fresh, buffer, step, **kw):
-            res = compose(fresh, buffer, step, **kw)
+        def checked(fresh, buffer, step, *args, **kw):
+            res = compose(fresh, buffer, step, *args, **kw)
             batch = res.batch
             self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config)]
             self.batches += 1

@@ -32,7 +32,7 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_holds_the_package_and_its_data(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert "grpo_replay/cli.py" in names
+    assert "grpo_replay/cli/__init__.py" in names and "grpo_replay/errors.py" in names
     assert "grpo_replay/integrations/verl/config/replay/paper.yaml" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "grpo-replay = grpo_replay.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()

@@ -211,8 +211,8 @@ def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, mon
         refs.append(independent_logps(model, fresh.prompt_ids, fresh.prompt_mask, fresh.completion_ids, fresh.completion_mask, T))
         return real_update(model, optimizer, scheduler, batch, loss_cfg, cfg)
 
-    def compose(fresh, buffer, step, **kw):
-        out = real_compose(fresh, buffer, step, **kw)
+    def compose(fresh, buffer, step, *args, **kw):
+        out = real_compose(fresh, buffer, step, *args, **kw)
         ages.extend((step - out.batch.birth_step[out.batch.is_replay]).tolist())
         return out
 
