@@ -21,7 +21,7 @@ def _cfg(tiny_overrides, out, **extra):
 
 
 def test_pool_no_grad_logprob_pass_honours_micro_batch_size(tiny_overrides, tmp_path, monkeypatch):
-    # Item 11: displaced fresh rows were scored in one no-grad pass over every fresh row at once.
+    # Displaced fresh rows were scored in one no-grad pass over every fresh row at once.
     sizes = []  # (rows, grad enabled) of every log-prob pass
 
     def recording(model, prompt_ids, *a, **k):
@@ -39,7 +39,7 @@ def test_pool_no_grad_logprob_pass_honours_micro_batch_size(tiny_overrides, tmp_
 
 
 def test_kl_to_a_frozen_reference_of_the_initial_policy(tiny_overrides, tmp_path):
-    # Item 13: loss.beta > 0 used to crash at the first update (no reference log-probs).
+    # loss.beta > 0 used to crash at the first update (no reference log-probs).
     out = tmp_path / "kl"
     cfg = _cfg(tiny_overrides, out, steps=4, checkpoint_every=2, eval_every=0, **{"loss.beta": 0.2})
     loop.train(cfg)
@@ -110,7 +110,7 @@ class _FakeLLM:
 
 
 def test_vllm_engine_gets_the_restored_weights_before_the_first_step_after_resume(tiny_overrides, tmp_path, monkeypatch):
-    # Item 12: the engine is built before the checkpoint loads; without a sync it sampled from the base weights.
+    # The engine is built before the checkpoint loads; without a sync it sampled from the base weights.
     fake = types.ModuleType("vllm")
     fake.LLM = _FakeLLM
     fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)

@@ -54,8 +54,7 @@ from ..rollout import cat_padded
 from . import checkpoint, lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from .drift_bound import DriftBound, drift_metrics, evict_drifted
-from .evaluation import evaluate
-from .lifecycle import EVAL_SEED_OFFSET, HELDOUT_SEED, HeldOut, resolve_device, write_summary  # noqa: F401 (re-exported)
+from .lifecycle import HeldOut, resolve_device, write_summary
 from .logprobs import token_logps
 from .memory import check_step_memory
 from .rewards import RewardScorer, SafeRewardTask
@@ -78,8 +77,7 @@ class Run:
     tokenizer: Any
     ref_model: Any  # frozen copy of the initial policy when loss.beta > 0, else None
     task: Any
-    eval_task: "SafeRewardTask"
-    heldout: list
+    held_out: HeldOut  # the held-out problems, the reward-guarded task and the evaluation settings
     generator: Any
     scorer: RewardScorer
     optimizer: torch.optim.Optimizer
@@ -88,7 +86,6 @@ class Run:
     prompt_rng: np.random.Generator
     loss_cfg: LossConfig
     max_new: int  # completion budget in tokens
-    eval_kw: dict
     setup_info: dict
     drift: DriftProbe | None = None  # the policy-drift probe when cfg.drift_probe > 0
     tracker: tracking.Tracker | None = None
@@ -154,11 +151,10 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards: the same timeout
-    eval_task, heldout = held_out.task, held_out.problems
     drift = None
     if cfg.drift_probe:
         # Sampled from the initial policy (build_policy is deterministic; the checkpoint stores it all the same).
-        drift = DriftProbe.build(model, tokenizer, [p.prompt for p in heldout], cfg.drift_probe, max_new, cfg.temperature,
+        drift = DriftProbe.build(model, tokenizer, [p.prompt for p in held_out.problems], cfg.drift_probe, max_new, cfg.temperature,
                                  seed=cfg.seed + DRIFT_SEED_OFFSET, lags=lags_for(cfg.replay.tau_max),
                                  micro_batch=cfg.micro_batch_size)
         drift.check_memory(model.get_output_embeddings().weight.shape[0])
@@ -169,11 +165,10 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
     else:
         generator = TransformersGenerator(model, tokenizer)
     return Run(
-        cfg=cfg, run_dir=run_dir, model=model, tokenizer=tokenizer, ref_model=ref_model, task=task, eval_task=eval_task,
-        heldout=heldout, generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
+        cfg=cfg, run_dir=run_dir, model=model, tokenizer=tokenizer, ref_model=ref_model, task=task, held_out=held_out,
+        generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
         prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info, drift=drift,
         loss_cfg=LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new}),
-        eval_kw=held_out.kw,
     )
 
 
@@ -350,7 +345,7 @@ def finish(run: Run) -> dict[str, Any]:
 
 
 def _evaluate(run: Run) -> dict[str, Any]:
-    return evaluate(run.model, run.tokenizer, run.eval_task, run.heldout, **run.eval_kw)
+    return run.held_out(run.model)
 
 
 def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfig, cfg: TrainConfig) -> dict[str, Any]:

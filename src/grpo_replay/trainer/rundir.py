@@ -106,7 +106,6 @@ def config_diff(saved, requested) -> dict[str, tuple[Any, Any]]:
 def _check_resume(cfg, run_dir: Path) -> int:
     """Refuse a resume that would mix two runs; returns the steps the run has done (0 for a new run)."""
     from .checkpoint import latest
-    from .train_config import resolve
 
     ckpt = latest(run_dir)
     has_results = (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()

@@ -51,10 +51,10 @@ def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
     path.write_text("".join(r + "\n" for r in rows))
 
 
-def _finish(cfg: TrainConfig, run_dir, trainer, held_out: HeldOut, model, start: dict, resume, setup: dict,
+def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, resume, setup: dict,
             replay_history: list, **extra: Any) -> dict[str, Any]:
-    """The end of a TRL run, as the built-in trainer ends: the final evaluation row and summary.json."""
-    trl_settings.raise_if_stopped(cfg, trainer)
+    """The end of a TRL run that was not stopped, as the built-in trainer ends: the final evaluation row and
+    summary.json."""
     end = held_out(model)
     trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
     return write_summary(run_dir, summary(
@@ -76,9 +76,9 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
     res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
+    trl_settings.raise_if_stopped(cfg, res["trainer"])
     final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / "final")
-    return _finish(cfg, run_dir, res["trainer"], held_out, final, start, resume, {"warm_start": info},
-                   res["replay_history"])
+    return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info}, res["replay_history"])
 
 
 def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
@@ -247,5 +247,5 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     trl_settings.raise_if_stopped(cfg, trainer)
     trainer.save_model(str(Path(run_dir) / "final"))
     (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
-    return _finish(cfg, run_dir, trainer, held_out, trainer.model, start, resume, setup_info, trainer.replay_history,
+    return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info, trainer.replay_history,
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)

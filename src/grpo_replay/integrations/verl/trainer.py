@@ -106,13 +106,9 @@ class ReplayRayPPOTrainer(RayPPOTrainer):
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
-        if self.config.trainer.resume_mode == "disable" or not self.global_steps:
-            return out
-        if self.config.trainer.resume_mode == "resume_path":
-            folder = _abs(self.config.trainer.resume_from_path)
-        else:
-            folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
-        load_buffer(self.replay_hook, folder)
+        folder = resume_folder(self.config, self.global_steps)
+        if folder is not None:
+            load_buffer(self.replay_hook, folder)
         return out
 
 
@@ -129,6 +125,27 @@ def _abs(path: str) -> str:
 
 def step_folder(default_local_dir: str, global_steps: int) -> str:
     return os.path.join(_abs(default_local_dir), f"global_step_{global_steps}")
+
+
+def resume_folder(config: Any, global_steps: int) -> Optional[str]:
+    """The checkpoint folder verl's `_load_checkpoint` just resumed from, or None when it started afresh."""
+    if config.trainer.resume_mode == "disable" or not global_steps:
+        return None
+    if config.trainer.resume_mode == "resume_path":
+        return _abs(config.trainer.resume_from_path)
+    return step_folder(config.trainer.default_local_dir, global_steps)
+
+
+def stale_buffer_folders(default_local_dir: str, keep: Optional[int]) -> list[str]:
+    """The global_step folders holding a buffer, all but the newest `keep` (verl prunes actor/ the same way);
+    none when `keep` is unset or not positive."""
+    if not keep or keep <= 0:
+        return []
+    found = []
+    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
+        with contextlib.suppress(ValueError):
+            found.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), os.path.dirname(p)))
+    return [folder for _, folder in sorted(found)[: max(0, len(found) - int(keep))]]
 
 
 def save_buffer(hook: ReplayHook, folder: str) -> str:
@@ -159,15 +176,7 @@ def load_buffer(hook: ReplayHook, folder: str) -> bool:
 
 def prune_buffers(default_local_dir: str, keep: Optional[int]) -> None:
     """Keep the buffers of the newest `keep` global_step folders (verl prunes actor/ the same way)."""
-    if not keep or keep <= 0:
-        return
-    found = []
-    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
-        try:
-            found.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), p))
-        except ValueError:
-            continue
-    for _, p in sorted(found)[: max(0, len(found) - int(keep))]:
+    for folder in stale_buffer_folders(default_local_dir, keep):
         for suffix in (".json", ".npz"):
             with contextlib.suppress(FileNotFoundError):
-                os.remove(p[: -len(".json")] + suffix)
+                os.remove(os.path.join(folder, BUFFER_NAME + suffix))

@@ -23,7 +23,6 @@ fresh rows have age 0 in sync mode and `tau_max` bounds replay rows to ages 1..t
 from __future__ import annotations
 
 import contextlib
-import glob
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...advantage import nonzero_variance_mask
-from .trainer import _abs, _override, replay_dict, step_folder
+from .trainer import BUFFER_NAME, _override, replay_dict, resume_folder, stale_buffer_folders, step_folder
 from .hook import ReplayHook, split_config
 from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
 
@@ -50,7 +49,6 @@ except ImportError as e:  # pragma: no cover
     raise ImportError(f"the v1 replay trainer needs verl[verl-core] (TransferQueue): {INSTALL_HINT} ({e})") from e
 
 logger = logging.getLogger(__name__)
-BUFFER_NAME = "replay_buffer"
 TQ_DIR = "replay_transfer_queue"
 
 
@@ -205,13 +203,9 @@ class ReplayV1Mixin:
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
-        if self.config.trainer.resume_mode == "disable" or not self.global_steps:
-            return out
-        if self.config.trainer.resume_mode == "resume_path":
-            folder = _abs(self.config.trainer.resume_from_path)
-        else:
-            folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
-        load_store(self.replay_store, folder, self.trainer_mode)
+        folder = resume_folder(self.config, self.global_steps)
+        if folder is not None:
+            load_store(self.replay_store, folder, self.trainer_mode)
         return out
 
 
@@ -275,13 +269,7 @@ def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str =
 
 def prune_store(default_local_dir: str, keep) -> None:
     """Keep the buffer files and stored rows of the newest `keep` global_step folders (verl prunes actor/ alike)."""
-    if not keep or keep <= 0:
-        return
-    steps = []
-    for p in glob.glob(os.path.join(_abs(default_local_dir), "global_step_*", BUFFER_NAME + ".json")):
-        with contextlib.suppress(ValueError):
-            steps.append((int(os.path.basename(os.path.dirname(p)).split("global_step_")[-1]), os.path.dirname(p)))
-    for _, folder in sorted(steps)[: max(0, len(steps) - int(keep))]:
+    for folder in stale_buffer_folders(default_local_dir, keep):
         for suffix in (".json", ".npz", ".store.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(folder, BUFFER_NAME + suffix))
