@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-dir", action=once(), default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
     p.add_argument("--jobs", action=once(), type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
     p.add_argument("--seeds", action=once(), type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
+    p.add_argument("--first-seed", action=once(), type=int_arg, default=None,
+                   help="Seeds are FIRST..FIRST+SEEDS-1 (default 0): pilot seeds kept apart from a report's seeds.")
     p.add_argument("--testbed", action=once(), choices=TESTBED_PRESETS, default=None,
                    help="Named embedded testbed for every run (TrainConfig.testbed_preset; docs/testbed.md): default | "
                         "reasoning (running partial sums, 10-40-token completions) | small | large (the default task "
@@ -78,7 +80,7 @@ def command_line(args: argparse.Namespace) -> str:
     if getattr(args, "size_series", False):
         parts.append("--size-series")
     for flag, name in (("--out", "out"), ("--report-dir", "report_dir"), ("--jobs", "jobs"), ("--seeds", "seeds"),
-                       ("--testbed", "testbed"), ("--comparisons", "comparisons"), ("--cache-dir", "cache_dir")):
+                       ("--first-seed", "first_seed"), ("--testbed", "testbed"), ("--comparisons", "comparisons"), ("--cache-dir", "cache_dir")):
         v = getattr(args, name, None)
         if v is not None:
             parts += [flag, str(v)]
@@ -144,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if n_seeds < 1:
         print("grpo-replay compare: --seeds must be >= 1", file=sys.stderr)
         return 2
+    first_seed = getattr(args, "first_seed", None) or 0
+    if first_seed < 0:
+        print(f"grpo-replay compare: --first-seed={first_seed} is invalid; allowed: an integer >= 0", file=sys.stderr)
+        return 2
     if args.jobs is not None and args.jobs < 1:
         print("grpo-replay compare: --jobs must be >= 1", file=sys.stderr)
         return 2
@@ -170,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
         names = _arm_names(args.arms, comparisons, setting, arms)
-        specs = plan([arms[n] for n in names], list(range(n_seeds)), base_overrides, out, cache_dir)
+        specs = plan([arms[n] for n in names], list(range(first_seed, first_seed + n_seeds)), base_overrides, out, cache_dir)
     except configio.ConfigError as e:
         print(f"grpo-replay compare: config error: {e}", file=sys.stderr)
         return 2

@@ -47,6 +47,7 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         Arm("prio_sigma", "sigma_g priority (fresh-anchored, rollout level)", {"preset": "paper", "replay.priority": "group_std"}),
         Arm("prio_uniform", "uniform priority (fresh-anchored, rollout level; = alpha 0)", {"preset": "paper", "replay.priority": "uniform"}),
         Arm("alpha1", "alpha=1 (proportional to |A|)", {"preset": "paper", "replay.alpha": 1.0}),
+        *option_arms(),
         Arm(
             "grpo_cm",
             f"compute-matched GRPO ({cm_prompts} prompts/step = (1 + replay_ratio) x {ppp})",
@@ -55,6 +56,32 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         ),
     ]
     return {a.name: a for a in arms}
+
+
+# The options beyond the paper (docs/method.md), each added to the paper's method alone; the pilot tries these values
+# on seeds kept apart from the report's, and the `options` comparison keeps one per option.
+OPTION_VALUES = {
+    "max_drift": (0.1, 0.3),
+    "fill_filtered": (True,),
+    "max_uses": (1, 3),
+    "age_decay": (3.0, 10.0),
+}
+_OPTION_SHORT = {"max_drift": "drift", "fill_filtered": "fill", "max_uses": "uses", "age_decay": "decay"}
+
+
+def option_arm_name(option: str, value) -> str:
+    return _OPTION_SHORT[option] + ("" if value is True else f"{value:g}")
+
+
+def option_arms() -> list[Arm]:
+    return [
+        Arm(option_arm_name(o, v), f"paper + {o}={v}", {"preset": "paper", f"replay.{o}": v})
+        for o, values in OPTION_VALUES.items() for v in values
+    ]
+
+
+# The value of each option the `options` comparison runs, chosen on the pilot (docs/results/PLAN.md, section F).
+OPTIONS_CHOSEN = ("drift0.3", "fill", "uses3", "decay10")
 
 
 @dataclass(frozen=True)
@@ -91,6 +118,14 @@ COMPARISONS: dict[str, Comparison] = {
             "the generated-rollouts axis honestly.",
         ),
         Comparison(
+            "options_pilot", "Options beyond the paper: pilot values", ("grpo", "paper", *(a.name for a in option_arms())),
+            "Which value of each option to carry into the options comparison (pilot seeds only).",
+        ),
+        Comparison(
+            "options", "Options beyond the paper, one value each", ("grpo", "paper", *OPTIONS_CHOSEN),
+            "Does an option added to the paper's method reach GRPO's accuracy with fewer generated rollouts?",
+        ),
+        Comparison(
             "alpha", "Priority exponent alpha (uniform priority = alpha 0)", ("grpo", "prio_uniform", "paper", "alpha1"),
             "How sharp should the |A| priority be?",
         ),
@@ -98,7 +133,9 @@ COMPARISONS: dict[str, Comparison] = {
 }
 
 # Order in which comparisons are scheduled (and dropped first when --comparisons is narrowed): alpha last.
-PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "alpha")
+PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "options_pilot", "options", "alpha")
+PAPER_COMPARISONS = ("main", "tau_max", "composition", "priority", "compute", "alpha")
+"""The full setting's default: the paper's comparisons (the options have their own, longer runs: docs/results/PLAN.md)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +186,7 @@ FULL = Setting(
         "checkpoint_every": 40,
     },
     seeds=5,
-    comparisons=PRIORITY_ORDER,
+    comparisons=PAPER_COMPARISONS,
     budgets=3,
 )
 
