@@ -124,7 +124,8 @@ def test_full_setting_arms():
         assert n in names
     assert arms["grpo_cm"].overrides["prompts_per_step"] == round(1.5 * FULL.overrides["prompts_per_step"])
     assert arms["tau_none"].overrides["replay.tau_max"] is None
-    assert set(COMPARISONS) == set(FULL.comparisons)
+    # The full setting runs the paper's comparisons; the options have their own longer setting (PLAN.md, F).
+    assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot"}
 
 
 # ------------------------------------------------------------------------------------------- statistics

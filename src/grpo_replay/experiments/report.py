@@ -12,6 +12,7 @@ from ..plotting import compare as plots
 from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
+from . import paired_view
 from .claims import check_claims
 from .jobs import RunSpec
 from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
@@ -89,6 +90,11 @@ def build_report(
     results["claims"] = claims
     results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
 
+    run_dirs: dict[str, dict[int, Path]] = {}
+    for s in specs:
+        run_dirs.setdefault(s.arm, {})[s.seed] = Path(s.run_dir)
+    views = {a: paired_view.arm_view(rs, base_by_seed, run_dirs.get(a, {}), grid) for a, rs in runs.items()}
+    results["paired_view"] = views
     files = []
     for c in comparisons:
         comp = COMPARISONS[c]
@@ -96,6 +102,9 @@ def build_report(
         results["comparisons"][c] = {"title": comp.title, "question": comp.question, "arms": names}
         files.append(plots.accuracy_curves(stats, names, labels, comp.title, report_dir / f"accuracy_{c}.png"))
         files.append(plots.pass_at_k_curves(stats, names, labels, comp.title, report_dir / f"pass_at_k_{c}.png"))
+        others = [a for a in names if a != BASE]
+        if others:
+            files.append(plots.paired_diff_curves(views, others, labels, comp.title, report_dir / f"paired_{c}.png"))
     tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
     if "tau_max" in comparisons and tau_arms:
         files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))
@@ -192,6 +201,8 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         if not comp:
             continue
         lines += _comparison_section(c, comp, stats, labels, budgets, files)
+        png = f"paired_{c}.png" if any(Path(f).name == f"paired_{c}.png" for f in files) else None
+        lines += paired_view.markdown(comp["arms"], labels, results.get("paired_view") or {}, budgets, png)
 
     lines += ["## Files", "", "results.json (everything above, machine-readable), results.csv (one row per arm x metric), "
               "runs.csv (one row per run), the PNGs. Run directories: `<out>/runs/<arm>/seed<i>-<config hash>/`.", ""]

@@ -78,6 +78,31 @@ def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path
     return save(fig, path)
 
 
+def paired_diff_curves(views: dict[str, dict], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+    """Each arm's paired difference to GRPO (same seed) in sampled accuracy vs generated rollouts, band = 95 % CI of
+    the per-seed differences (not clipped: a difference may be negative)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    n = 0
+    for arm in arms:
+        v = views[arm]
+        pts = [(x, c) for x, c in zip(v["grid"], v["paired_curve"]) if c["mean"] is not None]
+        if not pts:
+            continue
+        n = max(n, max(c["n"] for _, c in pts))
+        xs = [x for x, _ in pts]
+        (line,) = ax.plot(xs, [100 * c["mean"] for _, c in pts], marker=".", label=labels.get(arm, arm))
+        lo = [100 * (c["lo"] if c["lo"] is not None else c["mean"]) for _, c in pts]
+        hi = [100 * (c["hi"] if c["hi"] is not None else c["mean"]) for _, c in pts]
+        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
+    ax.axhline(0.0, color="black", lw=1, ls="--")
+    ax.set_xlabel("generated rollouts")
+    ax.set_ylabel("held-out sampled accuracy minus GRPO's (pp)")
+    ax.set_title(f"{title}\npaired difference to GRPO (same seed) over {n} seeds, band = 95 % CI", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return save(fig, path)
+
+
 def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for i, arm in enumerate(arms):
