@@ -25,7 +25,7 @@ import os
 import secrets
 import string
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping
 
 from . import configio
 from .configio import ConfigError

@@ -13,6 +13,7 @@ from typing import Optional
 
 import numpy as np
 
+from .arms import BASE
 from .stats import Run, budget_to_reach, ci, interp, paired_ci
 
 REACH_TARGET = 0.6
@@ -142,10 +143,12 @@ def markdown(names: list[str], labels: dict[str, str], views: dict[str, dict], p
         header = ["arm"] + [f"Δ sampled @ {p / 1000:.1f}k" for p in points] + ["rollouts to its seed's GRPO final acc. (x GRPO's)"]
         rows = []
         for a in names:
-            if a not in views or a == "grpo":
+            if a not in views:
                 continue
             v = views[a]
-            cells = [format_diff(v["paired_curve"][grid.index(p)], show_mde=(p == points[-1])) for p in points]
+            # GRPO's own row: where its curve first reaches its final value (below 1x when it peaked earlier).
+            cells = ["–" if a == BASE else format_diff(v["paired_curve"][grid.index(p)], show_mde=(p == points[-1]))
+                     for p in points]
             rows.append([labels.get(a, a)] + cells + [_reach_cell(v["reach"])])
         lines += [_table(header, rows), ""]
     regime_cols = [("train_s", "training steps (s)", "{:.1f}"), ("drift/kl_1", "drift/kl_1", "{:.2e}"),
