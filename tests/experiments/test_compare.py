@@ -8,7 +8,8 @@ import pytest
 from grpo_replay.cli import main
 from grpo_replay.eval.metrics import mean_pass_at_k
 from grpo_replay.experiments import claims, stats
-from grpo_replay.experiments.arms import COMPARISONS, FULL, QUICK, arms_for, make_arms
+from grpo_replay.experiments.arms import COMPARISONS, FULL, OPTION_VALUES, OPTIONS_CHOSEN, QUICK, arms_for, make_arms, option_arm_name
+from grpo_replay.trainer.train_config import resolve
 
 
 def _close(a, b, tol=1e-9):
@@ -126,6 +127,40 @@ def test_full_setting_arms():
     assert arms["tau_none"].overrides["replay.tau_max"] is None
     # The full setting runs the paper's comparisons; the options have their own longer setting (PLAN.md, F).
     assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot"}
+
+
+def test_every_option_arm_is_the_paper_plus_one_valid_option_and_the_chosen_ones_exist():
+    arms = make_arms(FULL)
+    for option, values in OPTION_VALUES.items():
+        for v in values:
+            a = arms[option_arm_name(option, v)]
+            assert a.overrides == {"preset": "paper", f"replay.{option}": v}
+            cfg = resolve(dict(a.overrides))
+            assert getattr(cfg.replay, option) == v
+    assert set(OPTIONS_CHOSEN) <= set(arms)
+    assert COMPARISONS["options"].arms == ("grpo", "paper", *OPTIONS_CHOSEN)
+    pilot = COMPARISONS["options_pilot"].arms
+    assert pilot[0] == "grpo" and "fill" not in pilot and len(pilot) == 1 + sum(len(v) for v in OPTION_VALUES.values() if len(v) > 1)
+    # The full setting's default stays the paper's comparisons.
+    assert "options" not in FULL.comparisons and "options_pilot" not in FULL.comparisons
+
+
+def test_first_seed_moves_the_seeds_and_a_negative_one_is_refused(tmp_path, capsys):
+    rc = main(["compare", "--quick", "--out", str(tmp_path), "--first-seed", "10", "--seeds", "2", "--dry-run"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "seed 10" in out and "seed 11" in out and "seed 0 " not in out and "seed 12" not in out
+    import argparse
+
+    from grpo_replay.cli.compare import add_arguments, command_line
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert "--first-seed 10" in command_line(parser.parse_args(["--quick", "--first-seed", "10"]))
+    out = tmp_path / "refused"
+    assert main(["compare", "--quick", "--out", str(out), "--first-seed", "-1"]) == 2
+    assert "--first-seed=-1 is invalid; allowed: an integer >= 0" in capsys.readouterr().err
+    assert not out.exists()  # refused before anything is written
 
 
 # ------------------------------------------------------------------------------------------- statistics

@@ -142,18 +142,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"grpo-replay compare: unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}", file=sys.stderr)
             return 2
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
-    n_seeds = setting.seeds if args.seeds is None else args.seeds  # `or` would turn --seeds 0 into the default
-    if n_seeds < 1:
-        print("grpo-replay compare: --seeds must be >= 1", file=sys.stderr)
+    try:
+        seeds, jobs = _seeds_and_jobs(args, setting)
+    except ValueError as e:
+        print(f"grpo-replay compare: {e}", file=sys.stderr)
         return 2
-    first_seed = getattr(args, "first_seed", None) or 0
-    if first_seed < 0:
-        print(f"grpo-replay compare: --first-seed={first_seed} is invalid; allowed: an integer >= 0", file=sys.stderr)
-        return 2
-    if args.jobs is not None and args.jobs < 1:
-        print("grpo-replay compare: --jobs must be >= 1", file=sys.stderr)
-        return 2
-    jobs = args.jobs or os.cpu_count() or 1
 
     try:
         # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
@@ -176,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
         names = _arm_names(args.arms, comparisons, setting, arms)
-        specs = plan([arms[n] for n in names], list(range(first_seed, first_seed + n_seeds)), base_overrides, out, cache_dir)
+        specs = plan([arms[n] for n in names], seeds, base_overrides, out, cache_dir)
     except configio.ConfigError as e:
         print(f"grpo-replay compare: config error: {e}", file=sys.stderr)
         return 2
@@ -225,6 +218,19 @@ def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, 
     if results.get("missing_runs") or (results.get("paper_table") or {}).get("missing_runs"):
         return 1 if not args.report_only else 0
     return 0
+
+
+def _seeds_and_jobs(args: argparse.Namespace, setting) -> tuple[list[int], int]:
+    """The seeds (--first-seed .. + --seeds - 1) and the parallel jobs; ValueError naming a bad flag."""
+    n_seeds = setting.seeds if args.seeds is None else args.seeds  # `or` would turn --seeds 0 into the default
+    if n_seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    first_seed = getattr(args, "first_seed", None) or 0
+    if first_seed < 0:
+        raise ValueError(f"--first-seed={first_seed} is invalid; allowed: an integer >= 0")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    return list(range(first_seed, first_seed + n_seeds)), args.jobs or os.cpu_count() or 1
 
 
 def _real_mode(args: argparse.Namespace, setting):

@@ -118,7 +118,8 @@ COMPARISONS: dict[str, Comparison] = {
             "the generated-rollouts axis honestly.",
         ),
         Comparison(
-            "options_pilot", "Options beyond the paper: pilot values", ("grpo", "paper", *(a.name for a in option_arms())),
+            "options_pilot", "Options beyond the paper: pilot values",
+            ("grpo", *(option_arm_name(o, v) for o, vs in OPTION_VALUES.items() if len(vs) > 1 for v in vs)),
             "Which value of each option to carry into the options comparison (pilot seeds only).",
         ),
         Comparison(

@@ -7,14 +7,14 @@ judges. Everything here is read from finished run directories (`evals.jsonl`, `m
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from .arms import BASE
-from .stats import Run, budget_to_reach, ci, interp, paired_ci
+from .markdown import count, table
+from .stats import Run, read_jsonl, budget_to_reach, ci, format_diff, interp, paired_ci
 
 REACH_TARGET = 0.6
 """The fraction of GRPO's generated rollouts the report checks each arm against (reaching GRPO's final accuracy)."""
@@ -31,10 +31,6 @@ REGIME_MEANS = {
 # metrics.jsonl keys summed over a run's steps, or read at its last step (totals the buffer keeps).
 REGIME_SUMS = {"replay/drift_dropped": "rows dropped by max_drift (total)"}
 REGIME_LAST = {"buffer/evicted_uses": "rows evicted by max_uses (total)", "buffer/evicted_age": "rows evicted by age (total)"}
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
 def paired_curve(runs: list[Run], base: dict[int, Run], grid: list[float], key: str = "acc_sampled") -> list[dict]:
@@ -55,14 +51,20 @@ def reach_ratio(runs: list[Run], base: dict[int, Run], key: str = "acc_sampled")
     """Per seed: the generated rollouts at which the arm's curve first reaches its own seed's base final accuracy,
     as a fraction of that base run's generated rollouts (None: never reached). `ci` is over the seeds when every
     seed reached it (a mean over only the seeds that did would be biased low); `median` counts a seed that never
-    reached it as above every other."""
+    reached it as above every other. A seed whose GRPO run ended at or below its start is left out
+    (`grpo_not_improved`): there every arm would reach it at once."""
     per_seed: dict[int, Optional[float]] = {}
+    flat = []
     for r in runs:
         b = base.get(r.seed)
         if b is None:
             continue
-        at = budget_to_reach(*r.curve(key), float(b.final[key]))
-        per_seed[r.seed] = None if at is None else at / float(b.generated)
+        bx, by = b.curve(key)
+        if bx[-1] <= 0 or by[-1] <= by[0]:
+            flat.append(r.seed)  # GRPO did not improve: every arm would "reach" it at 0 rollouts
+            continue
+        at = budget_to_reach(*r.curve(key), by[-1])
+        per_seed[r.seed] = None if at is None else at / bx[-1]
     vals = list(per_seed.values())
     reached = [v for v in vals if v is not None]
     med = float(np.median([float("inf") if v is None else v for v in vals])) if vals else None
@@ -75,15 +77,19 @@ def reach_ratio(runs: list[Run], base: dict[int, Run], key: str = "acc_sampled")
         "n": len(vals),
         "not_reached": [s for s, v in per_seed.items() if v is None],
         "within_target": sum(v is not None and v <= REACH_TARGET for v in vals),
+        "grpo_not_improved": flat,
     }
 
 
 def run_regime(run_dir: Path) -> dict[str, Optional[float]]:
-    """One run's training-step time (sum of `time/step_s`, the held-out evaluations excluded) and its drift regime:
+    """One run's training-step time (sum of `time/step_s` less the drift probe's `time/drift_s`; the held-out
+    evaluations are not in it) and its drift regime:
     the step-mean of each REGIME_MEANS key (over the steps that log it), the REGIME_SUMS totals and the last
     REGIME_LAST values; None where the run never logged the key."""
-    rows = _jsonl(Path(run_dir) / "metrics.jsonl")
-    out: dict[str, Optional[float]] = {"train_s": float(sum(float(m.get("time/step_s") or 0.0) for m in rows)) if rows else None}
+    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    # time/step_s includes the drift probe (a diagnostic that only some settings turn on): it is left out.
+    steps = [float(m["time/step_s"]) - float(m.get("time/drift_s") or 0.0) for m in rows if m.get("time/step_s") is not None]
+    out: dict[str, Optional[float]] = {"train_s": float(sum(steps)) if steps else None}
     for k in REGIME_MEANS:
         vals = [float(m[k]) for m in rows if m.get(k) is not None]
         out[k] = float(np.mean(vals)) if vals else None
@@ -109,6 +115,14 @@ def arm_view(runs: list[Run], base: dict[int, Run], run_dirs: dict[int, Path], g
     }
 
 
+def views_for(specs, runs: dict[str, list[Run]], base: dict[int, Run], grid: list[float]) -> dict[str, dict]:
+    """`arm_view` of every arm with runs; `specs` (the compare's RunSpecs) give each (arm, seed)'s directory."""
+    run_dirs: dict[str, dict[int, Path]] = {}
+    for s in specs:
+        run_dirs.setdefault(s.arm, {})[s.seed] = Path(s.run_dir)
+    return {a: arm_view(rs, base, run_dirs.get(a, {}), grid) for a, rs in runs.items()}
+
+
 def _fmt(c: dict, fmt: str) -> str:
     if not c or c.get("mean") is None:
         return "–"
@@ -118,7 +132,7 @@ def _fmt(c: dict, fmt: str) -> str:
 
 def _reach_cell(reach: dict) -> str:
     if reach["n"] == 0:
-        return "–"
+        return "–" if not reach.get("grpo_not_improved") else "– (GRPO did not improve on any seed)"
     if reach["ci"]["mean"] is not None:
         text = _fmt(reach["ci"], "{:.2f}") + "x"
     else:
@@ -128,29 +142,29 @@ def _reach_cell(reach: dict) -> str:
     if reach["not_reached"]:
         notes.append("not: seed " + ", ".join(str(s) for s in reach["not_reached"]))
     notes.append(f"{reach['within_target']}/{reach['n']} within {REACH_TARGET:g}x")
+    if reach.get("grpo_not_improved"):
+        notes.append("left out, GRPO did not improve: seed " + ", ".join(str(s) for s in reach["grpo_not_improved"]))
     return f"{text} ({'; '.join(notes)})"
 
 
 def markdown(names: list[str], labels: dict[str, str], views: dict[str, dict], points: list[float], png: Optional[str]) -> list[str]:
     """The paired section of one comparison; `points` are the generated-rollout budgets of the report's tables
     (points of its paired curves' grid)."""
-    from .stats import format_diff
-
     lines = ["Paired view (each arm minus GRPO of the same seed):", ""]
     grid = next(iter(views.values()))["grid"] if views else []
     points = [p for p in points if p in grid]
     if points:
-        header = ["arm"] + [f"Δ sampled @ {p / 1000:.1f}k" for p in points] + ["rollouts to its seed's GRPO final acc. (x GRPO's)"]
+        header = ["arm"] + [f"Δ sampled (pp) @ {count(p)}" for p in points] + ["rollouts to its seed's GRPO final acc. (x GRPO's)"]
         rows = []
         for a in names:
             if a not in views:
                 continue
             v = views[a]
-            # GRPO's own row: where its curve first reaches its final value (below 1x when it peaked earlier).
             cells = ["–" if a == BASE else format_diff(v["paired_curve"][grid.index(p)], show_mde=(p == points[-1]))
                      for p in points]
+            # GRPO's own reach: where its curve first reaches its final value (below 1x when it peaked earlier).
             rows.append([labels.get(a, a)] + cells + [_reach_cell(v["reach"])])
-        lines += [_table(header, rows), ""]
+        lines += [table(header, rows), ""]
     regime_cols = [("train_s", "training steps (s)", "{:.1f}"), ("drift/kl_1", "drift/kl_1", "{:.2e}"),
                    ("drift/kl_tau", "drift/kl_tau", "{:.2e}"), ("fresh/clip_frac", "fresh clip", "{:.3f}"),
                    ("replay/clip_frac", "replay clip", "{:.3f}"), ("replay/count", "replay rows/step", "{:.1f}"),
@@ -161,14 +175,9 @@ def markdown(names: list[str], labels: dict[str, str], views: dict[str, dict], p
     lines += [
         "Cost and drift regime per arm (mean over seeds [95 % CI]; training steps = the sum of each run's step times "
         "on one core, the held-out evaluations, which are the same for every arm, excluded; the other columns are "
-        "step means of the run's metrics, or totals):", "", _table(["arm"] + [n for _, n, _ in used], rows), ""]
+        "step means of the run's metrics, or totals):", "", table(["arm"] + [n for _, n, _ in used], rows), ""]
     if png:
         lines += [f"![paired difference to GRPO vs generated rollouts]({png})", ""]
     return lines
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cells(r: list[str]) -> str:
-        return "| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |"
-
-    return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])

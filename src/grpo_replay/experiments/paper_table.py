@@ -16,6 +16,7 @@ from ..eval.harness import summarize
 from .arms import BASE
 from .final_eval import BenchSettings, load_results
 from .jobs import RunSpec
+from .markdown import table as _table
 from .stats import Run, ci, format_ci, format_diff
 
 
@@ -92,13 +93,6 @@ def claim_runs(runs: dict[str, list[BenchRun]]) -> dict[str, list[Run]]:
 # ------------------------------------------------------------------------------------------- formatting
 def _len(c: dict) -> str:
     return "n/a" if not c or c.get("mean") is None else f"{c['mean']:.1f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cells(r):
-        return "| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |"
-
-    return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
 
 
 def markdown(stats: dict[str, dict], arms: list[str], names: dict[str, str], bs: BenchSettings, missing: list[str]) -> str:

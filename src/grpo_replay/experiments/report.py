@@ -13,6 +13,7 @@ from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
 from . import paired_view
+from .markdown import count as _k, table as _table
 from .claims import check_claims
 from .jobs import RunSpec
 from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
@@ -90,10 +91,7 @@ def build_report(
     results["claims"] = claims
     results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
 
-    run_dirs: dict[str, dict[int, Path]] = {}
-    for s in specs:
-        run_dirs.setdefault(s.arm, {})[s.seed] = Path(s.run_dir)
-    views = {a: paired_view.arm_view(rs, base_by_seed, run_dirs.get(a, {}), grid) for a, rs in runs.items()}
+    views = paired_view.views_for(specs, runs, base_by_seed, grid)
     results["paired_view"] = views
     files = []
     for c in comparisons:
@@ -120,17 +118,6 @@ def build_report(
 # ------------------------------------------------------------------------------------------- formatting
 def _num(c: dict, fmt: str = "{:.0f}") -> str:
     return "n/a" if not c or c.get("mean") is None else fmt.format(c["mean"])
-
-
-def _k(x: float) -> str:
-    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cells(r: list[str]) -> str:
-        return "| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |"
-
-    return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
 
 
 def _title(setting: Setting, extra: Optional[dict]) -> str:

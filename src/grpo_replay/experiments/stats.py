@@ -167,8 +167,8 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     run_dir = Path(run_dir)
     if not (run_dir / "summary.json").exists():
         return None
-    evals = _jsonl(run_dir / "evals.jsonl")
-    metrics = _jsonl(run_dir / "metrics.jsonl")
+    evals = read_jsonl(run_dir / "evals.jsonl")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     warm = (summary.get("setup") or {}).get("warm_start") or {}
     warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
@@ -177,7 +177,8 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, commit)
 
 
-def _jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSONL file (empty lines skipped); [] when it does not exist."""
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 

@@ -97,9 +97,10 @@ def paired_diff_curves(views: dict[str, dict], arms: list[str], labels: dict[str
     ax.axhline(0.0, color="black", lw=1, ls="--")
     ax.set_xlabel("generated rollouts")
     ax.set_ylabel("held-out sampled accuracy minus GRPO's (pp)")
-    ax.set_title(f"{title}\npaired difference to GRPO (same seed) over {n} seeds, band = 95 % CI", fontsize=9)
+    ax.set_title(f"{title}\npaired difference to GRPO (same seed), up to {n} seeds, band = 95 % CI", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    if n:
+        ax.legend(fontsize=7, loc="best")
     return save(fig, path)
 
 
