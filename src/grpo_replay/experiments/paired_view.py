@@ -174,8 +174,8 @@ def markdown(names: list[str], labels: dict[str, str], views: dict[str, dict], p
     rows = [[labels.get(a, a)] + [_fmt(views[a]["regime"][k], f) for k, _, f in used] for a in names if a in views]
     lines += [
         "Cost and drift regime per arm (mean over seeds [95 % CI]; training steps = the sum of each run's step times "
-        "on one core, the held-out evaluations, which are the same for every arm, excluded; the other columns are "
-        "step means of the run's metrics, or totals):", "", table(["arm"] + [n for _, n, _ in used], rows), ""]
+        "on one core, less the drift probe, a diagnostic; the held-out evaluations, the same for every arm, are not in "
+        "it; the other columns are step means of the run's metrics, or totals):", "", table(["arm"] + [n for _, n, _ in used], rows), ""]
     if png:
         lines += [f"![paired difference to GRPO vs generated rollouts]({png})", ""]
     return lines
