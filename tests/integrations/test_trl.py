@@ -19,6 +19,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 trl = pytest.importorskip("trl") if __name__ != "__main__" else __import__("trl")
 import torch  # noqa: E402
 
+from grpo_replay.trainer.trl_backend import no_activation_checkpointing  # noqa: E402
+
 CHARS = "abcdefgh0123456789+="
 
 
@@ -61,7 +63,7 @@ def reward_fn(completions, **kwargs):
 
 def trl_kwargs(output_dir, **kw):
     base = dict(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, gradient_checkpointing=False,
+        output_dir=str(output_dir), use_cpu=True, bf16=False, **no_activation_checkpointing(),
         per_device_train_batch_size=4, num_generations=4, max_completion_length=6, max_steps=3,
         learning_rate=1e-2, report_to="none", save_strategy="no", logging_steps=1, seed=0,
         replay_warmup_steps=1, dataloader_num_workers=0, disable_tqdm=True,

@@ -25,6 +25,15 @@ from .rundir import claim
 from .train_config import TrainConfig
 
 
+def no_activation_checkpointing() -> dict[str, bool]:
+    """The TrainingArguments setting that turns activation checkpointing off (TRL's GRPOConfig turns it on): transformers
+    5.x renamed `gradient_checkpointing` to `activation_checkpointing` and warns on the old name."""
+    from transformers import TrainingArguments
+
+    name = "activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__ else "gradient_checkpointing"
+    return {name: False}
+
+
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     trl_settings.check(cfg)  # before the run directory is claimed or anything is loaded
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
@@ -142,7 +151,7 @@ def train_testbed_with_trl(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
-        gradient_checkpointing=False,
+        **no_activation_checkpointing(),
         per_device_train_batch_size=prompts_per_step * num_generations,
         num_generations=num_generations,
         max_completion_length=cfg.max_new_tokens,
@@ -237,7 +246,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
     args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
-                                 "use_cpu": device.type == "cpu", "bf16": False, "gradient_checkpointing": False})
+                                 "use_cpu": device.type == "cpu", "bf16": False, **no_activation_checkpointing()})
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
                                 processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))
