@@ -88,6 +88,7 @@ def _truncated_copy(tiny_model_dir, dest: Path) -> Path:
     ("truncated", "has a config but its weights cannot be loaded"),
     ("greedy-n", "n=4 with temperature=0 (greedy decoding, one completion per problem); allowed: n=1"),
     ("out-file", "is a file, not a directory"),
+    ("out-under-file", "which is a file"),
 ])
 def test_bad_eval_input_is_exit_2_before_any_generation(case, shown, tiny_model_dir, tmp_path, monkeypatch, capsys):
     bench = _bench(tmp_path / "b.jsonl", [1])
@@ -104,8 +105,9 @@ def test_bad_eval_input_is_exit_2_before_any_generation(case, shown, tiny_model_
         model = _truncated_copy(tiny_model_dir, tmp_path / "truncated")
     elif case == "greedy-n":
         extra = ["--n", "4", "--temperature", "0"]
-    elif case == "out-file":
+    elif case in ("out-file", "out-under-file"):
         out.write_text("not a directory\n")
+        out = out / "results" if case == "out-under-file" else out
         extra = ["--no-cache"]
     argv = _argv(model, str(bench), out)
     if case == "greedy-n":  # the flags replace the defaults of _argv (a flag given twice is refused)

@@ -87,13 +87,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_out(out: Path) -> None:
     """--out must be a directory or a new path (checked before any generation, so nothing is computed for naught)."""
-    if out.exists() and not out.is_dir():
+    from ..trainer.rundir import file_in_the_way
+
+    blocker = file_in_the_way(out)
+    if blocker == out:
         raise ValueError(f"--out {out} is a file, not a directory; give a directory for the results")
-    for parent in out.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"--out {out} lies under {parent}, which is a file")
-            break
+    if blocker is not None:
+        raise ValueError(f"--out {out} lies under {blocker}, which is a file")
 
 
 def _run(args: argparse.Namespace) -> int:

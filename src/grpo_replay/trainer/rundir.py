@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import yaml
 
@@ -57,17 +57,26 @@ class RunDirError(UsageError):
     """The run directory cannot be used (bad path, foreign files, in use, or a changed config on resume)."""
 
 
+def file_in_the_way(path: Path) -> Optional[Path]:
+    """What keeps `path` from being (or becoming) a directory: the path itself when it is a file, or its nearest
+    existing parent when that is a file; None when nothing does."""
+    if path.exists() and not path.is_dir():
+        return path
+    for parent in path.absolute().parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
 def check_path(out_dir: str, run_dir: Path) -> None:
     """Refuse an out_dir that cannot hold a run, without writing anything."""
     if not out_dir.strip():
         raise RunDirError("TrainConfig.out_dir is empty; give a directory for the run (e.g. --out runs/my-run)")
-    if run_dir.exists() and not run_dir.is_dir():
+    blocker = file_in_the_way(run_dir)
+    if blocker == run_dir:
         raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is a file, not a directory")
-    for parent in run_dir.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} lies under {str(parent)!r}, which is a file")
-            break
+    if blocker is not None:
+        raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} lies under {str(blocker)!r}, which is a file")
 
 
 def _foreign_files(run_dir: Path) -> list[str]:
