@@ -19,18 +19,11 @@ from .stats import Run, read_jsonl, budget_to_reach, ci, format_diff, interp, pa
 REACH_TARGET = 0.6
 """The fraction of GRPO's generated rollouts the report checks each arm against (reaching GRPO's final accuracy)."""
 
-# metrics.jsonl keys averaged over a run's steps (the step-mean of each run, then a CI over seeds).
-REGIME_MEANS = {
-    "drift/kl_1": "KL to the policy 1 step back (drift probe)",
-    "drift/kl_tau": "KL to the policy tau_max steps back (drift probe)",
-    "fresh/clip_frac": "fresh rows' clip fraction",
-    "replay/clip_frac": "replay rows' clip fraction",
-    "replay/count": "replay rows per step",
-    "replay/drift_mean": "replayed rows' k3 drift (max_drift runs)",
-}
-# metrics.jsonl keys summed over a run's steps, or read at its last step (totals the buffer keeps).
-REGIME_SUMS = {"replay/drift_dropped": "rows dropped by max_drift (total)"}
-REGIME_LAST = {"buffer/evicted_uses": "rows evicted by max_uses (total)", "buffer/evicted_age": "rows evicted by age (total)"}
+# metrics.jsonl keys read per run: averaged over the steps that log them, summed over them, or the value at the last
+# of them (totals the buffer keeps); then a CI over seeds.
+REGIME_MEANS = ("drift/kl_1", "drift/kl_tau", "fresh/clip_frac", "replay/clip_frac", "replay/count", "replay/drift_mean")
+REGIME_SUMS = ("replay/drift_dropped",)
+REGIME_LAST = ("buffer/evicted_uses", "buffer/evicted_age")
 
 
 def paired_curve(runs: list[Run], base: dict[int, Run], grid: list[float], key: str = "acc_sampled") -> list[dict]:
@@ -90,15 +83,10 @@ def run_regime(run_dir: Path) -> dict[str, Optional[float]]:
     # time/step_s includes the drift probe (a diagnostic that only some settings turn on): it is left out.
     steps = [float(m["time/step_s"]) - float(m.get("time/drift_s") or 0.0) for m in rows if m.get("time/step_s") is not None]
     out: dict[str, Optional[float]] = {"train_s": float(sum(steps)) if steps else None}
-    for k in REGIME_MEANS:
-        vals = [float(m[k]) for m in rows if m.get(k) is not None]
-        out[k] = float(np.mean(vals)) if vals else None
-    for k in REGIME_SUMS:
-        vals = [float(m[k]) for m in rows if m.get(k) is not None]
-        out[k] = float(sum(vals)) if vals else None
-    for k in REGIME_LAST:
-        vals = [float(m[k]) for m in rows if m.get(k) is not None]
-        out[k] = vals[-1] if vals else None
+    for keys, reduce in ((REGIME_MEANS, np.mean), (REGIME_SUMS, sum), (REGIME_LAST, lambda v: v[-1])):
+        for k in keys:
+            vals = [float(m[k]) for m in rows if m.get(k) is not None]
+            out[k] = float(reduce(vals)) if vals else None
     return out
 
 
