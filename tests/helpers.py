@@ -80,6 +80,24 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
 
 
+def refused(argv, out, capsys, *needles):
+    """Run `grpo-replay ARGV` and check it is refused as bad input: exit 2 (from argparse or from the command), every
+    needle in stderr, no traceback, and nothing at `out` (nothing computed or written). Returns stderr."""
+    import pytest
+
+    from grpo_replay.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        raise SystemExit(main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for n in needles:
+        assert n in err, err
+    assert "Traceback" not in err
+    assert not out.exists()
+    return err
+
+
 def without_times(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 

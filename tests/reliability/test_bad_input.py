@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from helpers import read_jsonl
+from helpers import read_jsonl, refused
 
 from grpo_replay.cli import main
 from grpo_replay.app.data import DataError, load_problems
@@ -17,47 +17,39 @@ from grpo_replay.trainer.rewards import RewardScorer
 GOOD = '{"problem": "1+1?", "answer": "2"}\n'
 
 
-def _fails_before_compute(argv, out, capsys, *needles):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    for n in needles:
-        assert n in err, err
-    assert not out.exists()  # nothing computed or written
-    return err
-
 
 # --- config ------------------------------------------------------------------------------------------------
 def test_config_unknown_key_suggests_the_closest(train_args, tmp_path, capsys):
     out = tmp_path / "run"
-    _fails_before_compute(train_args(out, **{"replay.tau_maxx": 3}), out, capsys,
+    refused(train_args(out, **{"replay.tau_maxx": 3}), out, capsys,
                           "config error: unknown config key 'replay.tau_maxx'; did you mean 'replay.tau_max'?")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("replay:\n  replay_ration: 0.5\n")
-    _fails_before_compute(["train", "--config", str(cfg), "--out", str(out)], out, capsys,
+    refused(["train", "--config", str(cfg), "--out", str(out)], out, capsys,
                           "'replay.replay_ration'; did you mean 'replay.replay_ratio'?")
 
 
 def test_config_wrong_type_names_the_field(train_args, tmp_path, capsys):
     out = tmp_path / "run"
-    _fails_before_compute(train_args(out, steps="ten"), out, capsys, "steps='ten' has the wrong type; expected int")
-    _fails_before_compute(train_args(out, **{"loss.eps_high": "wide"}), out, capsys, "loss.eps_high='wide' has the wrong type")
+    refused(train_args(out, steps="ten"), out, capsys, "steps='ten' has the wrong type; expected int")
+    refused(train_args(out, **{"loss.eps_high": "wide"}), out, capsys, "loss.eps_high='wide' has the wrong type")
 
 
 def test_config_out_of_range_names_the_field(train_args, tmp_path, capsys):
     out = tmp_path / "run"
-    _fails_before_compute(train_args(out, group_size=1), out, capsys, "TrainConfig.group_size=1 is invalid")
-    _fails_before_compute(train_args(out, **{"replay.replay_ratio": -0.5}), out, capsys, "replay_ratio=-0.5 is invalid")
-    _fails_before_compute(train_args(out, lr=0), out, capsys, "TrainConfig.lr=0.0 is invalid; allowed: a finite number > 0")
+    refused(train_args(out, group_size=1), out, capsys, "TrainConfig.group_size=1 is invalid")
+    refused(train_args(out, **{"replay.replay_ratio": -0.5}), out, capsys, "replay_ratio=-0.5 is invalid")
+    refused(train_args(out, lr=0), out, capsys, "TrainConfig.lr=0.0 is invalid; allowed: a finite number > 0")
 
 
 def test_config_file_not_yaml_or_not_a_mapping(tmp_path, capsys):
     out = tmp_path / "run"
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: [1, 2\n")
-    _fails_before_compute(["train", "--config", str(bad), "--out", str(out)], out, capsys, "is not valid YAML")
+    refused(["train", "--config", str(bad), "--out", str(out)], out, capsys, "is not valid YAML")
     bad.write_text("- steps\n")
-    _fails_before_compute(["train", "--config", str(bad), "--out", str(out)], out, capsys, "must hold a mapping")
-    _fails_before_compute(["train", "--config", str(tmp_path / "nope.yaml"), "--out", str(out)], out, capsys, "does not exist")
+    refused(["train", "--config", str(bad), "--out", str(out)], out, capsys, "must hold a mapping")
+    refused(["train", "--config", str(tmp_path / "nope.yaml"), "--out", str(out)], out, capsys, "does not exist")
 
 
 # --- data --------------------------------------------------------------------------------------------------

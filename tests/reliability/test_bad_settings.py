@@ -8,20 +8,9 @@ import torch
 
 from grpo_replay.app import configio
 from grpo_replay.cli import main
+from helpers import refused
 
 TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
-
-
-def _refused(argv, out, capsys, *needles):
-    with pytest.raises(SystemExit) as e:  # argparse refuses some; the command refuses the rest
-        raise SystemExit(main(argv))
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    for n in needles:
-        assert n in err, err
-    assert "Traceback" not in err
-    assert not out.exists()  # nothing computed or written
-    return err
 
 
 @pytest.mark.parametrize("extra, shown", [
@@ -36,20 +25,20 @@ def _refused(argv, out, capsys, *needles):
 ])
 def test_settings_that_crashed_mid_run_are_refused_naming_the_field(extra, shown, tmp_path, capsys):
     out = tmp_path / "run"
-    _refused(["train", *TINY, *extra, "--out", str(out)], out, capsys, "config error: " + shown)
+    refused(["train", *TINY, *extra, "--out", str(out)], out, capsys, "config error: " + shown)
 
 
 def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    _refused(["train", *TINY, "--device", "cuda", "--out", str(out)], out, capsys,
+    refused(["train", *TINY, "--device", "cuda", "--out", str(out)], out, capsys,
              "TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+    refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
              "TrainConfig.generator='vllm' needs vLLM, which is not installed")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
-    _refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
+    refused(["train", *TINY, "--set", "generator=vllm", "--out", str(out)], out, capsys,
              "TrainConfig.generator='vllm' needs a CUDA device")
 
 
@@ -61,13 +50,13 @@ def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_pa
     (["--preset", "grpo", "--preset", "paper"], "--preset is given twice (--preset grpo and --preset paper)"),
     (["--report-to", "none", "--report_to", "tensorboard"], "--report_to is given twice (--report-to none and --report_to tensorboard)"),
 ])
-def test_a_train_flag_given_twice_is_refused(argv, shown, tmp_path, capsys, monkeypatch):
+def test_a_train_flag_given_twice_isrefused(argv, shown, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _refused(["train", *argv], tmp_path / "runs", capsys, shown + "; give it once")
+    refused(["train", *argv], tmp_path / "runs", capsys, shown + "; give it once")
 
 
-def test_an_eval_flag_given_twice_is_refused(tmp_path, capsys):
-    _refused(["eval", "--model", "m", "--n", "2", "--n", "4", "--out", str(tmp_path / "e")], tmp_path / "e", capsys,
+def test_an_eval_flag_given_twice_isrefused(tmp_path, capsys):
+    refused(["eval", "--model", "m", "--n", "2", "--n", "4", "--out", str(tmp_path / "e")], tmp_path / "e", capsys,
              "--n is given twice (--n 2 and --n 4); give it once")
 
 
@@ -86,15 +75,15 @@ def test_an_integer_with_leading_zeros_reads_the_same_from_a_flag_set_and_a_file
             resolve({"steps": configio.parse_value(text)})
 
 
-def test_a_config_file_with_a_key_twice_or_dotted_and_nested_is_refused(tmp_path, capsys):
+def test_a_config_file_with_a_key_twice_or_dotted_and_nested_isrefused(tmp_path, capsys):
     out = tmp_path / "run"
     f = tmp_path / "c.yaml"
     f.write_text("steps: 3\nsteps: 5\n")
-    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'steps' is given twice (line 2)")
+    refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'steps' is given twice (line 2)")
     f.write_text("replay.tau_max: 3\nreplay:\n  tau_max: 5\n")
-    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "replay.tau_max is given twice in config file")
+    refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "replay.tau_max is given twice in config file")
     f.write_text("replay:\n  tau_max: 3\n  tau_max: 5\n")
-    _refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'tau_max' is given twice (line 3)")
+    refused(["train", "--config", str(f), "--out", str(out)], out, capsys, "key 'tau_max' is given twice (line 3)")
 
 
 # --- memory that cannot fit -------------------------------------------------------------------------------------
@@ -140,8 +129,8 @@ def test_a_data_file_too_small_to_hold_eval_problems_out_is_refused_before_the_m
     out = tmp_path / "run"
     argv = ["train", "--reward", "math", "--model", str(tmp_path), "--data", str(data), "--out", str(out),
             "--no-progress", "--device", "cpu", "--set", "eval_problems=8"]
-    _refused(argv, out, capsys, f"TrainConfig.eval_problems=8 is invalid with TrainConfig.data='{data}', which has 1 row(s)",
+    refused(argv, out, capsys, f"TrainConfig.eval_problems=8 is invalid with TrainConfig.data='{data}', which has 1 row(s)",
              "allowed: a data file of at least 2 rows, or TrainConfig.heldout_data")
     data.write_text("".join(
         '{"problem": "%d+1?", "answer": "%d"}\n' % (i, i + 1) for i in range(5)))
-    _refused(argv, out, capsys, "which has 5 row(s)", "allowed: eval_problems <= 4")
+    refused(argv, out, capsys, "which has 5 row(s)", "allowed: eval_problems <= 4")
