@@ -59,6 +59,20 @@ def int_arg(text: str) -> int:
     return n
 
 
+def nonempty(text: str) -> str:
+    """argparse `type=` for a path or name flag: an empty value (`--out "$DIR"` with DIR unset) is refused, not read
+    as "not given" (the default) or as the current directory."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty value; give a path or name")
+    return text
+
+
+def nonempty_path(text: str) -> Path:
+    return Path(nonempty(text))
+
+
 def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:
     """dotted key -> (annotation, doc) for every leaf field of a nested dataclass."""
     hints = typing.get_type_hints(cls)
@@ -110,17 +124,32 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
     seen: set = set()
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in seen:
             raise ConfigError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1}); give it once")
+        if _is_empty(value_node):
+            raise ConfigError(f"empty value for {key!r} (line {key_node.start_mark.line + 1}); write null to unset it")
         seen.add(key)
     return loader.construct_mapping(node, deep=True)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+def _is_empty(node: yaml.Node) -> bool:
+    # `tau_max:` with nothing after it is YAML's null, but in a config it is far more often a template's unset
+    # variable than a wish to switch the setting off; null must be written out.
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null" and node.value == ""
+
+
+def _construct_null(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> None:
+    if _is_empty(node):
+        raise ConfigError(f"empty value (line {node.start_mark.line + 1}); write null to unset it")
+    return None
+
+
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:null", _construct_null)
 
 
 def yaml_load(text: str) -> Any:
@@ -190,12 +219,18 @@ def parse_sets(items: list[str], given: dict[str, str] | None = None) -> dict[st
         if k in given:
             raise ConfigError(f"{k} is given twice on the command line ({given[k]} and --set {item}); give it once")
         given[k] = f"--set {item}"
+        if not v.strip():  # an unset shell variable (`--set replay.tau_max=$TAU`), never YAML's null
+            raise ConfigError(f"empty value for {k} (--set {item}); give a value, or {k}=null to unset an optional key")
         out[k] = parse_value(v)
     return out
 
 
 def check_value(key: str, value: Any, annotation: Any) -> Any:
     """Return value coerced to the annotation (int -> float, list -> tuple) or raise ConfigError."""
+    if isinstance(value, str) and not value.strip() and annotation is not Any:
+        # `--model "$MODEL"` with MODEL unset: an empty path or name would read as "not given" downstream.
+        unset = ", or null to unset it" if type(None) in typing.get_args(annotation) else ""
+        raise ConfigError(f"empty value for {key} ({value!r}); give a value{unset}")
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..app.configio import int_arg, once
+from ..app.configio import int_arg, nonempty, once
 from ..app.data import BENCHMARKS
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..experiments.arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
@@ -22,8 +22,8 @@ from ..experiments.final_eval import BenchSettings, evaluate_all, missing_benchm
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="Tiny testbed, 2 seeds, a few arms: seconds (for tests).")
-    p.add_argument("--out", action=once(), default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
-    p.add_argument("--report-dir", action=once(), default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
+    p.add_argument("--out", action=once(), type=nonempty, default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
+    p.add_argument("--report-dir", action=once(), type=nonempty, default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
     p.add_argument("--jobs", action=once(), type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
     p.add_argument("--seeds", action=once(), type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
     p.add_argument("--first-seed", action=once(), type=int_arg, default=None,
@@ -33,14 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reasoning (running partial sums, 10-40-token completions) | small | large (the default task "
                         "on a 0.11M / 1.71M-parameter model); full setting only.")
     p.add_argument(
-        "--comparisons", action=once(), default=None,
+        "--comparisons", action=once(), type=nonempty, default=None,
         help=f"Comma-separated subset of {','.join(PRIORITY_ORDER)} (default: the setting's; alpha is scheduled last).",
     )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="Extra TrainConfig override for every run (see `grpo-replay train --list-keys`).")
     p.add_argument("--report-to", "--report_to", action=once(), nargs="+", default=None, metavar="TRACKER",
                    help="Experiment trackers for every run: none | tensorboard | wandb | trackio (several allowed).")
-    p.add_argument("--cache-dir", action=once(), default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
+    p.add_argument("--cache-dir", action=once(), type=nonempty, default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
     p.add_argument("--no-progress", action="store_true", help="Print one line per finished run instead of a bar.")
@@ -48,17 +48,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="The model-size series: the main comparison (grpo and --arms, default paper) on each of the "
                         "testbeds small, default, large (0.11M / 0.43M / 1.71M parameters), then a report of the gain "
                         "by size (default --out runs/compare-size-series).")
-    p.add_argument("--arms", action=once(), default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
+    p.add_argument("--arms", action=once(), type=nonempty, default=None, help="Comma-separated arms to run (grpo, the base, is always added); "
                    "default: every arm of the comparisons.")
     g = p.add_argument_group(
         "real model: train every arm and seed, then evaluate each final checkpoint on the benchmarks (the paper's table)")
-    g.add_argument("--model", action=once(), default=None, help="Causal LM to train: local directory, hub id or .gguf file (turns on this mode).")
-    g.add_argument("--model-file", action=once(), default=None, help="A GGUF file (NAME.gguf) inside the --model directory.")
-    g.add_argument("--data", action=once(), default=None, help="Training prompts: JSONL file, directory, dataset name, or word_sums.")
+    g.add_argument("--model", action=once(), type=nonempty, default=None, help="Causal LM to train: local directory, hub id or .gguf file (turns on this mode).")
+    g.add_argument("--model-file", action=once(), type=nonempty, default=None, help="A GGUF file (NAME.gguf) inside the --model directory.")
+    g.add_argument("--data", action=once(), type=nonempty, default=None, help="Training prompts: JSONL file, directory, dataset name, or word_sums.")
     g.add_argument("--reward", action=once(), default=None, help="Reward: math (the only one for a real model; default with --model).")
     g.add_argument("--backend", action=once(), default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
-    g.add_argument("--benchmarks", action=once(), default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
-    g.add_argument("--data-dir", action=once(), default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
+    g.add_argument("--benchmarks", action=once(), type=nonempty, default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
+    g.add_argument("--data-dir", action=once(), type=nonempty, default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
     g.add_argument("--eval-n", action=once(), type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
     g.add_argument("--eval-k", action=once(), default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
     g.add_argument("--eval-temperature", action=once(), type=float, default=0.6)
@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
         arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
         names = _arm_names(args.arms, comparisons, setting, arms)
+        _refuse_per_run_sets(set(configio.parse_sets(args.set)), [arms[n] for n in names], cache_dir)
         specs = plan([arms[n] for n in names], seeds, base_overrides, out, cache_dir)
     except configio.ConfigError as e:
         print(f"grpo-replay compare: config error: {e}", file=sys.stderr)
@@ -218,6 +219,30 @@ def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, 
     if results.get("missing_runs") or (results.get("paper_table") or {}).get("missing_runs"):
         return 1 if not args.report_only else 0
     return 0
+
+
+def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
+    """A --set of a key that compare sets per run would be dropped from every run (or from some arms) while the
+    report records it: refused, naming what sets it."""
+    from ..app import configio
+    from ..experiments.arms import seed_overrides
+    from ..trainer.train_config import preset_fields
+
+    setters = {k: "--first-seed and --seeds (each run's seed)" for k in seed_overrides(0)}
+    setters.update({"out_dir": "--out (each run has its own directory under it)", "progress": "--no-progress"})
+    if cache_dir:
+        setters["testbed.cache_dir"] = "--cache-dir"
+    for arm in arms:
+        for k in arm.overrides:
+            if k == "prompts_per_step" and not arm.same_budget:
+                continue  # the compute-matched arm scales the setting's prompts_per_step, --set included
+            what = f"the arm {arm.name!r} (choose arms with --arms or --comparisons)"
+            setters.setdefault(k, what)
+            for field in preset_fields().get(k, ()):
+                setters.setdefault(field, f"the preset of {what}")
+    for k in sorted(keys & set(setters)):
+        raise configio.ConfigError(f"--set {k}=... is set per run by {setters[k]}; compare cannot apply it to every "
+                                   "run, so it is refused")
 
 
 def _seeds_and_jobs(args: argparse.Namespace, setting) -> tuple[list[int], int]:

@@ -1,6 +1,7 @@
 """`TrainConfig`: the single source of truth for a training run (built-in trainer and `--backend trl`).
 
-Precedence: field defaults < `--preset` (replay fields) and `--testbed` (testbed fields) < YAML file (`--config`) < command-line flags.
+Precedence: field defaults < YAML file (`--config`) < command line (flags and `--set`); a preset (`--preset`,
+`--testbed`) sets its fields at the layer it is given in (`resolve`).
 The resolved config is written to `<run dir>/config.yaml`; `grpo-replay train --config` accepts it back.
 """
 from __future__ import annotations
@@ -223,30 +224,41 @@ def check_machine(cfg: TrainConfig) -> None:
             raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device, and none is available here; allowed: transformers")
 
 
-def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:
-    """Build a validated TrainConfig from a YAML file and dotted overrides (CLI wins over YAML).
+def preset_fields() -> dict[str, tuple[str, ...]]:
+    """preset key -> the flat keys its presets set: every field some named config sets away from the default
+    (replay.replay_ratio, .priority, .composition, .granularity; the named testbeds' fields)."""
+    def varying(prefix: str, configs: list[dict]) -> tuple[str, ...]:
+        return tuple(f"{prefix}{k}" for k in configs[0] if any(c[k] != configs[0][k] for c in configs))
 
-    The preset fills replay.* first and testbed_preset fills testbed.* first; explicit keys override them.
+    return {
+        "preset": varying("replay.", [ReplayConfig.from_preset(p).to_dict() for p in PRESETS]),
+        "testbed_preset": varying("testbed.", [TestbedConfig.named(p).to_dict() for p in TESTBED_PRESETS]),
+    }
+
+
+def _preset_values(key: str, name: Any) -> dict[str, Any]:
+    """The flat values preset `key`=`name` sets (its `preset_fields`)."""
+    names = PRESETS if key == "preset" else TESTBED_PRESETS
+    if name not in names:
+        raise configio.ConfigError(f"TrainConfig.{key}={name!r} is invalid; allowed: {', '.join(names)}")
+    values = ReplayConfig.from_preset(name).to_dict() if key == "preset" else TestbedConfig.named(name).to_dict()
+    return {k: values[k.split(".", 1)[1]] for k in preset_fields()[key]}
+
+
+def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = None) -> TrainConfig:
+    """Build a validated TrainConfig from a YAML file and dotted overrides (the command line).
+
+    Layers, lowest first: the field defaults, the file, the overrides. A preset (`preset`, `testbed_preset`) given
+    in a layer sets its fields (`preset_fields`) over every lower layer; a key given explicitly in the same layer or
+    a higher one wins over it. So `--preset grpo` over a saved config.yaml trains GRPO, and
+    `--preset grpo --set replay.tau_max=5` keeps tau_max 5.
     """
-    flat: dict[str, Any] = {}
-    if yaml_path:
-        flat.update(configio.load_yaml(yaml_path))
-    flat.update(overrides or {})
-    configio.validate_keys(flat, FIELDS)
-    checked = {k: configio.check_value(k, v, FIELDS[k][0]) for k, v in flat.items()}
-    preset = checked.get("preset", "paper")
-    if preset not in PRESETS:
-        raise configio.ConfigError(f"TrainConfig.preset={preset!r} is invalid; allowed: {', '.join(PRESETS)}")
-    base = ReplayConfig.from_preset(preset).to_dict()
-    for k, v in base.items():
-        checked.setdefault(f"replay.{k}", v)
-    testbed_preset = checked.get("testbed_preset", "default")
-    if testbed_preset not in TESTBED_PRESETS:
-        raise configio.ConfigError(
-            f"TrainConfig.testbed_preset={testbed_preset!r} is invalid; allowed: {', '.join(TESTBED_PRESETS)}"
-        )
-    default_tb = TestbedConfig().to_dict()
-    for k, v in TestbedConfig.named(testbed_preset).to_dict().items():
-        if v != default_tb[k]:
-            checked.setdefault(f"testbed.{k}", v)
+    checked: dict[str, Any] = {}
+    for layer in (configio.load_yaml(yaml_path) if yaml_path else {}, dict(overrides or {})):
+        configio.validate_keys(layer, FIELDS)
+        layer = {k: configio.check_value(k, v, FIELDS[k][0]) for k, v in layer.items()}
+        for key in ("preset", "testbed_preset"):
+            if key in layer:
+                checked.update(_preset_values(key, layer[key]))
+        checked.update(layer)
     return configio.build(TrainConfig, checked)
