@@ -86,6 +86,25 @@ def test_cli_end_to_end_with_cache_resume_and_baseline(tiny_model_dir, bench_dir
     assert "AES" in (out / "results.md").read_text()
 
 
+def test_the_cache_is_keyed_by_dtype_and_batch_size_and_results_record_them(tiny_model_dir, bench_dir, tmp_path):
+    """A bfloat16 evaluation after a float32 one into the same --out generates anew (the two sample different texts
+    under one seed), as does another batch size (a batch draws from one seed); results.json says which ran."""
+    out = tmp_path / "run"
+    one = ("--benchmarks", "math500")
+    assert main(eval_args(tiny_model_dir, bench_dir, out, *one, "--dtype", "float32")) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["engine"] == {"dtype": "float32", "device": "cpu"} and res["settings"]["batch_size"] == 8
+    assert main(eval_args(tiny_model_dir, bench_dir, out, *one, "--dtype", "bfloat16")) == 0
+    res2 = json.loads((out / "results.json").read_text())
+    assert res2["benchmarks"]["math500"]["cache"] == {"from_cache": 0, "generated": 2}
+    assert res2["engine"]["dtype"] == "bfloat16" and res2["fingerprint"] != res["fingerprint"]
+    assert main(eval_args(tiny_model_dir, bench_dir, out, *one, "--dtype", "float32", "--batch-size", "1")) == 0
+    res3 = json.loads((out / "results.json").read_text())
+    assert res3["benchmarks"]["math500"]["cache"] == {"from_cache": 0, "generated": 2}
+    assert main(eval_args(tiny_model_dir, bench_dir, out, *one, "--dtype", "float32")) == 0  # the first one's cache
+    assert json.loads((out / "results.json").read_text())["benchmarks"]["math500"]["cache"] == {"from_cache": 2, "generated": 0}
+
+
 def test_cli_errors(tiny_model_dir, bench_dir, tmp_path, capsys):
     assert main(eval_args(tmp_path / "missing-model", bench_dir, tmp_path / "o")) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ..app.configio import int_arg, once
+from ..app.configio import int_arg, nonempty, nonempty_path, once
 from ..errors import UsageError
 from ..app.data import BENCHMARKS
 from ..eval.prompts import INSTRUCTION
@@ -40,8 +40,8 @@ def _name_list(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="local model directory, Hugging Face hub id or .gguf file", action=once())
-    parser.add_argument("--model-file", default=None, help="a GGUF file (NAME.gguf) inside the --model directory", action=once())
+    parser.add_argument("--model", required=True, type=nonempty, help="local model directory, Hugging Face hub id or .gguf file", action=once())
+    parser.add_argument("--model-file", type=nonempty, default=None, help="a GGUF file (NAME.gguf) inside the --model directory", action=once())
     parser.add_argument(
         "--benchmarks",
         action=once(),
@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--n", type=int_arg, default=16, help="samples per problem (default 16)", action=once())
     parser.add_argument("--k", type=_int_list, default=None, help="pass@k values (default 1,2,4,...,<=n)", action=once())
-    parser.add_argument("--out", type=Path, default=Path("eval_results"), help="output directory", action=once())
-    parser.add_argument("--baseline", type=Path, default=None, help="results.json of a baseline, for AES and length change", action=once())
+    parser.add_argument("--out", type=nonempty_path, default=Path("eval_results"), help="output directory", action=once())
+    parser.add_argument("--baseline", type=nonempty_path, default=None, help="results.json of a baseline, for AES and length change", action=once())
     parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark", action=once())
-    parser.add_argument("--data-dir", default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)", action=once())
+    parser.add_argument("--data-dir", type=nonempty, default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)", action=once())
     parser.add_argument("--backend", choices=BACKENDS, default="transformers", action=once())
     parser.add_argument("--temperature", type=float, default=SamplingParams.temperature, action=once())
     parser.add_argument("--top-p", type=float, default=SamplingParams.top_p, action=once())
@@ -101,6 +101,14 @@ def _run(args: argparse.Namespace) -> int:
     from ..generation.transformers import check_device
     from ..eval.benchmark_report import load_results
     from ..eval.harness import EvalSettings, load_benchmark
+    from ..trainer.train_config import MAX_SEED
+
+    if not 0 <= args.seed <= MAX_SEED:  # the range train accepts, so one seed list serves both commands
+        raise UsageError(f"--seed {args.seed} is invalid; allowed: an integer in 0..{MAX_SEED}")
+    if args.backend == "vllm":
+        for flag, value in (("--device", args.device), ("--dtype", args.dtype)):
+            if value != "auto":  # vLLM picks both itself; taking the flag silently would record what did not run
+                raise UsageError(f"{flag} {value} is for --backend transformers; allowed with --backend vllm: auto")
 
     sampling = SamplingParams(
         n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed

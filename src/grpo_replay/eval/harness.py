@@ -6,8 +6,8 @@ runner): it takes any :class:`~grpo_replay.generation.Generator` and returns the
 
 Cache: ``<cache_dir>/<benchmark>-<fingerprint>.jsonl`` holds one line per generated problem (its id, prompt,
 completions and token counts), appended batch by batch. The fingerprint covers the model (its path, and the
-content of a single model file or the sizes and times of a directory's files), backend, sampling parameters and
-prompt settings, so changing any of them starts a fresh file; an interrupted evaluation resumes with only the
+content of a single model file or the sizes and times of a directory's files), backend, the weights' dtype and
+device, sampling parameters, prompt settings and batch size, so changing any of them starts a fresh file; an interrupted evaluation resumes with only the
 missing problems. Each benchmark has its own label (`benchmark_labels`) and so its own cache file.
 """
 from __future__ import annotations
@@ -117,8 +117,19 @@ def _cache_name(label: str) -> str:
 # Generation with cache
 
 
-def fingerprint(model_id: str, backend: str, settings: EvalSettings) -> str:
-    """12 hex digits identifying (model version, backend, sampling and prompt settings)."""
+def engine_info(generator: Generator) -> dict[str, str]:
+    """What besides the model and the settings changes a completion: the dtype and device of a generator's torch
+    weights (bfloat16 and float32 sample different texts under one seed); {} for an engine without them (vLLM)."""
+    try:
+        p = next(generator.model.parameters())  # type: ignore[attr-defined]
+    except (AttributeError, StopIteration, TypeError):
+        return {}
+    return {"dtype": str(p.dtype).removeprefix("torch."), "device": str(p.device)}
+
+
+def fingerprint(model_id: str, backend: str, settings: EvalSettings, engine: Optional[Mapping[str, str]] = None) -> str:
+    """12 hex digits identifying (model version, backend and its `engine_info`, sampling and prompt settings,
+    batch size: a batch draws from one seed, so its size changes each problem's completions)."""
     stamp: Any = None
     if os.path.isfile(model_id):
         # One file (GGUF): its content, so a file replaced at the same path (mtime kept or not) is noticed.
@@ -136,6 +147,8 @@ def fingerprint(model_id: str, backend: str, settings: EvalSettings) -> str:
         "sampling": settings.sampling.to_dict(),
         "instruction": settings.instruction,
         "chat_template": settings.use_chat_template,
+        "batch_size": settings.batch_size,
+        "engine": dict(engine or {}),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -287,10 +300,12 @@ def run_evaluation(
 ) -> dict:
     """Evaluate on every benchmark; returns the full results dictionary (JSON-serialisable)."""
     settings.validate()
-    fp = fingerprint(model_id, backend, settings)
+    engine = engine_info(generator)
+    fp = fingerprint(model_id, backend, settings, engine)
     results: dict[str, Any] = {
         "model": model_id,
         "backend": backend,
+        "engine": engine,
         "fingerprint": fp,
         "settings": {
             "benchmarks": list(settings.benchmarks),
@@ -299,6 +314,7 @@ def run_evaluation(
             "limit": settings.limit,
             "instruction": settings.instruction,
             "chat_template": settings.use_chat_template,
+            "batch_size": settings.batch_size,
             "aes_weights": dict(zip(("alpha", "beta", "gamma"), settings.aes_weights)),
         },
         "benchmarks": {},
