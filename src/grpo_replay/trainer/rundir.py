@@ -130,13 +130,33 @@ def _check_resume(cfg, run_dir: Path) -> int:
             f"{lines}\nOnly these keys may change on resume: {', '.join(RESUMABLE_KEYS)}. "
             f"To run the new config, give a new directory: --out NEWDIR"
         )
-    done = int(ckpt.name.split("-")[1]) if ckpt is not None else 0
+    resumable = max([int(ckpt.name.split("-")[1]) if ckpt is not None else 0, *_trl_checkpoint_steps(run_dir)])
+    done = max(resumable, _summary_steps(run_dir))
     if cfg.steps < done:
         raise RunDirError(
             f"TrainConfig.steps={cfg.steps} is below the {done} steps the run in {run_dir} has already done; "
             f"allowed: steps >= {done} (or --out NEWDIR for a new run)"
         )
+    if cfg.steps > done > resumable:  # a finished run without a checkpoint at its end (TRL with checkpoint_every=0)
+        raise RunDirError(
+            f"TrainConfig.steps={cfg.steps}: the run in {run_dir} finished its {done} steps without a checkpoint at "
+            f"step {done}, so it cannot be continued; allowed: steps = {done} (or --out NEWDIR for a new run)"
+        )
     return done
+
+
+def _trl_checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of TRL's own checkpoints (`checkpoint-N`, --backend trl): a resume continues from the newest."""
+    return [int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[1].isdigit()]
+
+
+def _summary_steps(run_dir: Path) -> int:
+    """The steps a finished run's summary.json records (0 when there is none or it cannot be read)."""
+    try:
+        steps = json.loads((run_dir / "summary.json").read_text()).get("steps", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return steps if isinstance(steps, int) else 0
 
 
 def _saved_config(run_dir: Path):

@@ -37,9 +37,28 @@ def no_activation_checkpointing() -> dict[str, bool]:
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
     trl_settings.check(cfg)  # before the run directory is claimed or anything is loaded
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
+        done = _finished(run_dir, cfg)
+        if done is not None:  # nothing to train: never a fresh run over it (it may have no checkpoint to resume)
+            return done
         if cfg.reward == "testbed":
             return _train_testbed(cfg, run_dir)
         return _train_real(cfg, run_dir)
+
+
+def _finished(run_dir, cfg: TrainConfig) -> Optional[dict[str, Any]]:
+    """The summary of a run that has done its `cfg.steps` steps (claim refused fewer), else None."""
+    import sys
+
+    try:
+        summary_ = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary_, dict) or summary_.get("steps") != cfg.steps:
+        return None
+    print(f"grpo-replay: {run_dir} has already done its {cfg.steps} steps; nothing to train. To continue it, raise "
+          f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
+          f"{Path(run_dir) / 'config.yaml'} --out NEWDIR", file=sys.stderr, flush=True)
+    return summary_
 
 
 def last_checkpoint(run_dir) -> Optional[str]:
@@ -50,12 +69,16 @@ def last_checkpoint(run_dir) -> Optional[str]:
 
 def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
     """evals.jsonl (the built-in trainer's form, so compare, plot and the report read a TRL run like a built-in
-    one): the start row for a new run; a resumed run keeps its rows up to the checkpoint's step."""
+    one): the start row for a new run; a resumed run keeps its rows up to the checkpoint's step. metrics.jsonl
+    likewise (`trl_metrics.start`)."""
+    from . import trl_metrics
+
+    step = int(resume.rsplit("-", 1)[-1]) if resume is not None else None
+    trl_metrics.start(run_dir, step)
     path = Path(run_dir) / "evals.jsonl"
     if resume is None or not path.exists():
         path.write_text(json.dumps({"step": 0, "generated": 0, **start}) + "\n")
         return
-    step = int(resume.rsplit("-", 1)[-1])
     rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= step]
     path.write_text("".join(r + "\n" for r in rows))
 

@@ -140,7 +140,7 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) -> list:
-    """The run's TrainerCallbacks: periodic held-out evaluation and the non-finite step guard."""
+    """The run's TrainerCallbacks: periodic held-out evaluation, the non-finite step guard, metrics.jsonl."""
     from transformers import TrainerCallback
 
     class HeldoutEvals(TrainerCallback):
@@ -182,7 +182,9 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
                 control.should_training_stop = True
                 control.should_save = True
 
-    return [HeldoutEvals(), NonFiniteGuard()]
+    from .trl_metrics import callback as metrics_log
+
+    return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size)]
 
 
 def raise_if_stopped(cfg: TrainConfig, trainer) -> None:
