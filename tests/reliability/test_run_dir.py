@@ -252,7 +252,7 @@ def test_empty_out_is_refused_and_the_current_directory_untouched(train_args, tm
     (tmp_path / "summary.json").write_text("{}")
     before = _snapshot(tmp_path)
     assert main(train_args("")) == 2
-    assert "TrainConfig.out_dir is empty" in capsys.readouterr().err
+    assert "empty value for out_dir" in capsys.readouterr().err  # refused while parsing, before any run-directory check
     assert _snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "summary.json"]
 
 
