@@ -91,3 +91,31 @@ def test_plot_bad_input(compare_runs, tmp_path, capsys):
     assert main(["plot", str(dirs[0]), "--out", str(tmp_path / "p.pdf")]) == 2
     assert "must be a .png file" in capsys.readouterr().err
     assert not png.exists()
+
+
+def _fake_run(d, preset="paper", seed=0):
+    """A finished-looking run directory: what plot reads (config.yaml, metrics.jsonl, evals.jsonl)."""
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(f"preset: {preset}\nseed: {seed}\nsteps: 1\n")
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "generated": 4, "reward": 0.5}) + "\n")
+    (d / "evals.jsonl").write_text(json.dumps({"step": 1, "generated": 4, "acc_sampled": 0.5}) + "\n")
+    (d / "summary.json").write_text("{}")
+    return d
+
+
+def test_plot_refuses_a_run_given_twice(tmp_path, monkeypatch, capsys):
+    run = _fake_run(tmp_path / "r1")
+    monkeypatch.chdir(tmp_path)
+    png = tmp_path / "p.png"
+    assert main(["plot", "r1", str(run), "--out", str(png)]) == 2  # one directory, written two ways
+    assert f"r1 is given twice (as r1 and {run}); give each run once" in capsys.readouterr().err
+    assert not png.exists()
+
+
+def test_plot_labels_tell_a_run_and_a_run_inside_it_apart(tmp_path, capsys):
+    outer = _fake_run(tmp_path / "a")
+    inner = _fake_run(outer / "b")
+    png = tmp_path / "p.png"
+    assert main(["plot", str(outer), str(inner), "--out", str(png)]) == 0
+    labels = [r["label"] for r in json.loads(png.with_suffix(".json").read_text())]
+    assert labels == [f"paper seed 0 ({outer})", "paper seed 0 (b)"]

@@ -15,6 +15,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    given: dict[Path, str] = {}
+    for d in args.run_dirs:
+        # one run twice would be two rows of one curve, labelled alike; a typo in a sweep's list, never meant
+        if (key := Path(d).resolve()) in given:
+            print(f"grpo-replay plot: error: {d} is given twice (as {given[key]} and {d}); give each run once",
+                  file=sys.stderr)
+            return 2
+        given[key] = d
     runs, errors = [], []
     for d in args.run_dirs:
         try:

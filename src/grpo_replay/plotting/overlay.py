@@ -86,7 +86,8 @@ def label_runs(runs: list[dict]) -> None:
     paths = [str(r["run_dir"].resolve()) for r in runs]
     common = os.path.commonpath(paths) if len(paths) > 1 else str(Path(paths[0]).parent)
     for r, b, p in zip(runs, base, paths):
-        tag = f" ({os.path.relpath(p, common)})" if base.count(b) > 1 else ""
+        rel = os.path.relpath(p, common)  # "." for the run whose directory holds the others: its own path then
+        tag = f" ({rel if rel != '.' else r['run_dir']})" if base.count(b) > 1 else ""
         r["label"] = b + tag + ("" if r["finished"] else f" [unfinished: step {r['steps_done']}/{r['steps']}]")
 
 
