@@ -306,7 +306,8 @@ class ReplayBuffer:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write `<path>.npz` (arrays, allow_pickle=False) and `<path>.json` (everything else and a checksum),
-        each atomically. The extensions are appended to the whole name: `buffer.step1` is kept as it is."""
+        each atomically, creating missing parent directories. The extensions are appended to the whole name
+        (`buffer.step1` is kept as it is); a path ending in .npz or .json names the same pair without it."""
         buffer_state.write(self.state_dict(), path)
 
     @classmethod

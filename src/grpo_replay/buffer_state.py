@@ -55,8 +55,12 @@ class BufferStateError(UsageError):
 
 
 def paths(path: str | os.PathLike) -> tuple[Path, Path]:
-    """(<path>.npz, <path>.json): the whole name kept, extensions appended (no with_suffix)."""
+    """(<path>.npz, <path>.json): the whole name kept, extensions appended (no with_suffix: `buffer.step1` stays);
+    a path given with either extension (`b.npz`, the file people expect) names the same pair (b.npz, b.json)."""
     p = os.fspath(path)
+    for ext in (".npz", ".json"):
+        if p.endswith(ext) and len(os.path.basename(p)) > len(ext):
+            p = p[: -len(ext)]
     return Path(p + ".npz"), Path(p + ".json")
 
 
@@ -72,6 +76,7 @@ def checksum(state: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
 def write(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Write a `ReplayBuffer.state_dict()`; the JSON last, so its presence means both files are complete."""
     npz, js = paths(path)
+    npz.parent.mkdir(parents=True, exist_ok=True)  # else open() fails naming the temp file, not the path given
     state = dict(state)
     storage = state.pop("storage")
     arrays = {k: v for k, v in storage.items() if isinstance(v, np.ndarray)}

@@ -20,6 +20,11 @@ class UsageError(GrpoReplayError, ValueError):
     """Bad input: exit 2, before any compute."""
 
 
+class InputNotFound(UsageError, FileNotFoundError):
+    """A path the user gave (model, data, benchmark) does not exist: exit 2. Still a FileNotFoundError, so code
+    catching that keeps working; a FileNotFoundError raised anywhere else is not bad input and keeps its traceback."""
+
+
 class Stopped(GrpoReplayError, RuntimeError):
     """A run stopped with a resumable checkpoint: exit 1, rerun to resume."""
 

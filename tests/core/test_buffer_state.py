@@ -56,6 +56,26 @@ def test_names_with_dots_keep_their_whole_name(tmp_path):
     assert len(ReplayBuffer.load(tmp_path / "buffer.step2")) == 15
 
 
+@pytest.mark.parametrize("name", ["b.npz", "b.json", "b"])
+def test_a_name_given_with_an_extension_names_the_same_pair(tmp_path, name):
+    buf = _buffer(steps=2)
+    buf.save(tmp_path / name)
+    assert sorted(os.listdir(tmp_path)) == ["b.json", "b.npz"]
+    for given in ("b", "b.npz", "b.json"):
+        assert _same(ReplayBuffer.load(tmp_path / given).state_dict(), buf.state_dict())
+
+
+def test_save_creates_missing_parent_directories(tmp_path):
+    buf = _buffer(steps=2)
+    buf.save(tmp_path / "sub" / "dir" / "buf")
+    assert sorted(os.listdir(tmp_path / "sub" / "dir")) == ["buf.json", "buf.npz"]
+    assert len(ReplayBuffer.load(tmp_path / "sub" / "dir" / "buf")) == len(buf)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError) as e:  # a parent that is a file: the error names it, not a temp file
+        buf.save(tmp_path / "file" / "buf")
+    assert ".tmp" not in str(e.value) and "file" in str(e.value)
+
+
 def _nan_advantage(a, s):
     a["col.advantage"] = a["col.advantage"].copy()
     a["col.advantage"][np.flatnonzero(a["valid"])[0]] = np.nan

@@ -106,6 +106,19 @@ def test_model_path_that_does_not_exist(tmp_path, capsys):
     assert f"error: TrainConfig.model: {tmp_path / 'no-such-model'} does not exist" in capsys.readouterr().err
 
 
+def test_a_file_not_found_mid_training_is_not_reported_as_bad_input(train_args, reference_run, tmp_path, monkeypatch):
+    """Only a path the user gave is bad input (exit 2); a FileNotFoundError raised while training is a failure
+    with its traceback, not "rerun with other input"."""
+    from grpo_replay.trainer import loop
+
+    def lost(*_a, **_k):
+        raise FileNotFoundError("a file the run itself wrote is gone")
+
+    monkeypatch.setattr(loop, "step", lost)
+    with pytest.raises(FileNotFoundError, match="a file the run itself wrote is gone"):
+        main(train_args(tmp_path / "run"))
+
+
 def test_model_that_is_not_a_causal_lm(tmp_path, capsys):
     from transformers import ViTConfig
 

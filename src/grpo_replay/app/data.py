@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from ..errors import UsageError
+from ..errors import InputNotFound, UsageError
 
 BENCHMARKS = ("math500", "aime25", "aime26", "hmmt_feb25", "hmmt_feb26")
 """The paper's five evaluation benchmarks, in reporting order."""
@@ -93,7 +93,7 @@ def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
     """
     base = Path(data_dir) if data_dir is not None else default_data_dir()
     if base is None:
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"no data directory for benchmark {name!r}: pass data_dir (--data-dir) or set ${DATA_ENV}"
         )
     # A data directory keeps benchmarks in a subfolder; accept both that root and the folder itself.
@@ -104,7 +104,7 @@ def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
     known = f"known benchmarks: {', '.join(BENCHMARKS)}"
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r} (no file {candidates[0]}); {known}")
-    raise FileNotFoundError(f"benchmark {name!r}: none of {', '.join(map(str, candidates))} exists")
+    raise InputNotFound(f"benchmark {name!r}: none of {', '.join(map(str, candidates))} exists")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def load_problems(
         stem = name or split
         path = path / f"{stem}.jsonl"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist (directory {spec} + name {stem!r})")
+            raise InputNotFound(f"{path} does not exist (directory {spec} + name {stem!r})")
         rows = _jsonl_rows(path)
         where = str(path)
     elif path.is_file():
@@ -154,7 +154,7 @@ def load_problems(
         rows, where = (_json_array_rows(path) if array else _jsonl_rows(path)), str(path)
     elif str(spec).endswith((".jsonl", ".json")) or (os.sep in str(spec) and path.parent.is_dir()):
         # Looks like a local path that is missing; do not silently try the hub with it.
-        raise FileNotFoundError(f"data file {spec} does not exist")
+        raise InputNotFound(f"data file {spec} does not exist")
     else:
         # `openai/gsm8k:main`: a dataset with several configs needs one named, and --data is a single string.
         dataset, _, config = str(spec).partition(":")
@@ -282,7 +282,7 @@ def _hf_rows(dataset: str, name: Optional[str], split: str) -> Iterable[tuple[in
     try:
         ds = load_dataset(dataset, name, split=split)
     except Exception as exc:  # pragma: no cover - network / hub errors
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"{dataset!r} is neither a local file/directory nor a loadable Hugging Face dataset "
             f"(split {split!r}): {exc}"
         ) from exc

