@@ -137,7 +137,7 @@ def test_the_alternatives_comparison_holds_grpo_more_epochs_dapo_and_replay_each
     cfgs = {a: resolve(dict(arms[a].overrides)) for a in (*want, "dapo_r3")}
     assert [cfgs[a].update_epochs for a in want] == [1, 2, 4, 1, 1, 1, 2]
     assert cfgs["dapo"].dynamic_sampling and cfgs["dapo"].max_generation_rounds == 10 and cfgs["dapo"].replay.replay_ratio == 0
-    assert cfgs["dapo_r3"].max_generation_rounds == 3
+    assert cfgs["dapo_r3"].max_generation_rounds == 3 and cfgs["dapo"].eval_every == cfgs["dapo_r3"].eval_every == 10
     assert cfgs["fill_mu2"].replay.fill_filtered and cfgs["fill"].replay.fill_filtered
     assert not arms["dapo"].same_budget and all(arms[a].same_budget for a in want if a != "dapo")  # DAPO generates more
     assert main(["compare", "--comparisons", "alternatives", "--seeds", "2", "--out", str(tmp_path), "--dry-run"]) == 0
