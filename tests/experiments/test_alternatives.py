@@ -68,3 +68,11 @@ def test_section_and_markdown_from_run_directories(tmp_path):
     assert sec["totals"]["fill"]["row_passes"]["mean"] == 40.0 and sec["totals"]["fill"]["train_s"]["mean"] == 5.0
     text = "\n".join(alt.markdown(["grpo", "fill"], {"grpo": "GRPO"}, sec, "axes.png"))
     assert "**GRPO**" in text and "| fill | 40.0 | 500 | 40 | 5.0 | 0.33x | 0.33x |" in text
+
+
+def test_the_report_names_dapo_among_the_arms_that_generate_more_per_step_only_when_it_ran():
+    from grpo_replay.experiments.report import _more_rollouts
+
+    assert _more_rollouts({"arms": {"grpo": {"overrides": {"preset": "grpo"}}}}) == "compute-matched GRPO"
+    with_dapo = {"arms": {"dapo": {"overrides": {"preset": "grpo", "dynamic_sampling": True}}}}
+    assert _more_rollouts(with_dapo) == "compute-matched GRPO, DAPO's dynamic sampling"

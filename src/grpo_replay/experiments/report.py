@@ -127,6 +127,12 @@ def _num(c: dict, fmt: str = "{:.0f}") -> str:
     return "n/a" if not c or c.get("mean") is None else fmt.format(c["mean"])
 
 
+def _more_rollouts(results: dict) -> str:
+    """What the † arms are: compute-matched GRPO, and DAPO's dynamic sampling when one of its arms ran."""
+    dynamic = any(a["overrides"].get("dynamic_sampling") for a in results.get("arms", {}).values())
+    return "compute-matched GRPO" + (", DAPO's dynamic sampling" if dynamic else "")
+
+
 def _title(setting: Setting, extra: Optional[dict]) -> str:
     model = {**setting.overrides, **(extra or {})}.get("model")
     where = f"{Path(str(model)).name}" if model else "the embedded testbed"
@@ -150,7 +156,7 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         f"{int(100 * results['confidence'])} % t-interval in brackets; Δ columns are paired (same-seed) differences vs "
         "GRPO, in percentage points, marked * when the interval excludes 0. Accuracies are held-out accuracy in %: "
         "sampled = mean@n (the paper's metric), greedy = one greedy completion per problem. † = an arm that generates "
-        "more rollouts per step than the others (compute-matched GRPO), so at equal steps it is not at the same "
+        f"more rollouts per step than the others ({_more_rollouts(results)}), so at equal steps it is not at the same "
         "generation budget; the budget tables interpolate it at the same generated-rollout counts.",
         "",
         "Settings shared by every run (other keys: the trainer's and testbed's defaults, see each run's config.yaml): `"
