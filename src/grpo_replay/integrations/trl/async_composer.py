@@ -44,8 +44,9 @@ class AsyncComposer:
     """The buffer and what is in flight around it. `version()` reads the trainer's current model version.
 
     State (all saved by `state_dict`): the buffer; `pending` fresh samples trained on and waiting for the version to
-    move past their birth; `untrained`, samples handed to the planner and not yet trained on (the dataloader runs
-    ahead of the update), in the order they were handed over; `chunk` and `serial` counters."""
+    move past their birth; `untrained`, samples composed and not yet trained on (the dataloader runs ahead of the
+    update), in order; `chunk` and `serial` counters. A restored composer hands its `untrained` samples over again
+    first, so the planner packs the same micro-batches as the run that saved it."""
 
     def __init__(self, config: ReplayConfig, age_bound: int, chunk_size: int, seed: int, version: Callable[[], int]):
         self.config = config
@@ -57,26 +58,27 @@ class AsyncComposer:
         self.version = version
         self.pending: list[dict[str, Any]] = []
         self.untrained: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self.resend: deque[dict[str, Any]] = deque()  # restored `untrained`, handed over again first
+        self.queued: deque[dict[str, Any]] = deque()  # composed, not yet handed to the planner (the tail of untrained)
         self.chunk = 0
         self.serial = 0
         self.history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per chunk, for diagnostics and tests
 
     # --- the stream -----------------------------------------------------------------------------------
     def stream(self, fresh: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """Samples for the planner: restored ones first, then chunk after chunk."""
-        while self.resend:
-            yield self.resend.popleft()
+        """Samples for the planner, chunk after chunk (restored ones first)."""
         while True:
-            for sample in self._compose_chunk(fresh):
-                sample[SERIAL] = self.serial
-                self.serial += 1
-                self.untrained[sample[SERIAL]] = sample
-                yield sample
+            if not self.queued:
+                for sample in self._compose_chunk(fresh):
+                    sample[SERIAL] = self.serial
+                    self.serial += 1
+                    self.untrained[sample[SERIAL]] = sample
+                    self.queued.append(sample)
+            yield self.queued.popleft()
 
     def _compose_chunk(self, fresh: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
         cfg, S, version = self.config, self.chunk_size, int(self.version())
         inserted = self._flush(version)
+        buffer_size = len(self.buffer)  # before this chunk's draw (it may evict)
         drawing = cfg.enabled and self.chunk >= cfg.warmup_steps
         anchored = cfg.composition == "fresh_anchored" and not cfg.fill_filtered
         n = max(1, round(S / (1.0 + cfg.replay_ratio))) if drawing and anchored else S
@@ -105,8 +107,8 @@ class AsyncComposer:
         self.pending += [s for s in displaced if _storable(s)]
         self.history.append({
             "chunk": self.chunk, "version": version, "fresh": len(kept), "replay": len(replay),
-            "fresh_taken": len(taken) + max(extra, 0), "zero_variance": sum(zero_variance(s) for s in kept + displaced),
-            "inserted": inserted, "buffer_size": len(self.buffer),
+            "fresh_taken": len(taken) + max(extra, 0), "zero_variance_taken": sum(map(zero_variance, taken)),
+            "inserted": inserted, "buffer_size": buffer_size,
             "replay_ages": [s[AGE] for s in replay],
         })
         self.chunk += 1
@@ -142,16 +144,14 @@ class AsyncComposer:
     # --- checkpointing --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"pending": [sample_state(s) for s in self.pending],
-                "untrained": [sample_state(s) for s in self.untrained.values()],  # `resend` is its head
+                "untrained": [sample_state(s) for s in self.untrained.values()],
                 "chunk": self.chunk, "serial": self.serial}
 
     def load_state_dict(self, state: dict[str, Any], buffer: ReplayBuffer) -> None:
         self.buffer = buffer
         self.pending = [sample_from_state(s) for s in state["pending"]]
-        self.resend = deque(sample_from_state(s) for s in state["untrained"])
-        self.untrained = OrderedDict()
-        for s in self.resend:  # handed over again, trained on (and then stored) as before
-            self.untrained[s[SERIAL]] = s
+        self.queued = deque(sample_from_state(s) for s in state["untrained"])
+        self.untrained = OrderedDict((s[SERIAL], s) for s in self.queued)
         self.chunk, self.serial = int(state["chunk"]), int(state["serial"])
 
 
