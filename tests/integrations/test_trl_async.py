@@ -12,7 +12,7 @@ import torch  # noqa: E402
 from async_setup import make_async_trainer, params, reward_some_flat  # noqa: E402
 
 METRICS = ("replay/share", "replay/rows", "replay/frac_zero_variance", "replay/buffer_size", "replay/age_mean",
-           "replay/age_max", "replay/abs_adv", "fresh/abs_adv", "replay/evicted_age_total", "replay/age_bound")
+           "replay/age_max", "replay/abs_adv", "fresh/abs_adv", "replay/evicted_age_total", "replay/age_bound", "replay/inserted")
 
 
 def _samples(record, replay):

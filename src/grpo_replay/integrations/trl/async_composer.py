@@ -61,6 +61,7 @@ class AsyncComposer:
         self.queued: deque[dict[str, Any]] = deque()  # composed, not yet handed to the planner (the tail of untrained)
         self.chunk = 0
         self.serial = 0
+        self.inserted = 0  # rows inserted into the buffer since the trainer last read it (`take_inserted`)
         self.history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per chunk, for diagnostics and tests
 
     # --- the stream -----------------------------------------------------------------------------------
@@ -78,6 +79,7 @@ class AsyncComposer:
     def _compose_chunk(self, fresh: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
         cfg, S, version = self.config, self.chunk_size, int(self.version())
         inserted = self._flush(version)
+        self.inserted += inserted
         buffer_size = len(self.buffer)  # before this chunk's draw (it may evict)
         drawing = cfg.enabled and self.chunk >= cfg.warmup_steps
         anchored = cfg.composition == "fresh_anchored" and not cfg.fill_filtered
@@ -133,6 +135,10 @@ class AsyncComposer:
         slots = st.valid_slots()
         by_seq = dict(zip(st.col("seq")[slots].tolist(), st.col("prompt_key")[slots].tolist()))
         return [by_seq[s] for s in rows.buffer_seq.tolist()]
+
+    def take_inserted(self) -> int:
+        n, self.inserted = self.inserted, 0
+        return n
 
     # --- what the update consumed ---------------------------------------------------------------------
     def trained(self, serials: list[int]) -> list[dict[str, Any]]:

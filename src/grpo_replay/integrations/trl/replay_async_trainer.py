@@ -158,6 +158,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         metrics["replay/share"].append(len(replay) / max(len(samples), 1))
         metrics["replay/rows"].append(float(len(replay)))
         metrics["replay/frac_zero_variance"].append(sum(map(zero_variance, fresh)) / max(len(fresh), 1))
+        metrics["replay/inserted"].append(float(composer.take_inserted()))
         metrics["replay/buffer_size"].append(float(len(composer.buffer)))
         metrics["replay/age_bound"].append(float(self.replay_age_bound))
         if fresh:
