@@ -105,9 +105,11 @@ def test_resume_continues_with_the_same_buffer(tmp_path):
 
 
 def test_token_budget_rows_within_budget(tmp_path):
-    t = make_async_trainer(tmp_path, token_budget=40, max_steps=4)
+    t = make_async_trainer(tmp_path, token_budget=40, max_steps=4, replay_max_uses=1)
     t.train()
     logs = [row for row in t.state.log_history if "loss" in row]
+    assert t.replay_composer.buffer.total_evicted_uses > 0  # each stored row replayed once, then gone
+    assert logs[-1]["replay/evicted_uses_total"] == t.replay_composer.buffer.total_evicted_uses
     assert max(row["batch/row_tokens_max"] for row in logs) <= 40
     assert len(t.replay_rows_per_process) == 8 and min(t.replay_rows_per_process) >= 1
     chunks = [c for c in t.replay_composer.history if c["chunk"] >= 1 and c["buffer_size"] >= 2]

@@ -90,11 +90,13 @@ class AsyncComposer:
         if drawing and scorable:
             nz = [zero_variance(taken[i]) for i in scorable]
             batch = to_batch([taken[i] for i in scorable], step=version)
+            group_of = self._stored_group_ids()  # before the draw: with max_uses it removes rows it hands out
             composed, keep = compose_batch(batch, self.buffer, version, n_filtered=sum(nz))
             rows = composed.select(torch.nonzero(composed.is_replay).flatten())
             if anchored:  # trailing (lowest-drawn) rows beyond the step's size are trimmed
                 rows = rows.select(torch.arange(min(len(rows), S - n)))
-            replay = from_batch(rows, self._group_ids(rows), (version - rows.birth_step).tolist())
+            groups = [group_of[q] for q in rows.buffer_seq.tolist()] if len(rows) else []
+            replay = from_batch(rows, groups, (version - rows.birth_step).tolist())
             if cfg.fill_filtered:  # replay rows take the places of zero-variance samples
                 gone = {scorable[i] for i, z in enumerate(nz) if z}
                 gone = set(sorted(gone)[: len(replay)])
@@ -127,14 +129,12 @@ class AsyncComposer:
                                         prompt_keys=[int(s["group_id"]) for s in rows])
         return inserted
 
-    def _group_ids(self, rows) -> list[int]:
-        """The TRL group ids the drawn rows were stored with (the buffer keeps them as prompt keys)."""
-        if len(rows) == 0:
-            return []
+    def _stored_group_ids(self) -> dict[int, int]:
+        """Insertion number -> the TRL group id each stored row was added with (kept by the buffer as its prompt
+        key), so a replayed sample counts toward the prompt group TRL already trained."""
         st = self.buffer.storage
         slots = st.valid_slots()
-        by_seq = dict(zip(st.col("seq")[slots].tolist(), st.col("prompt_key")[slots].tolist()))
-        return [by_seq[s] for s in rows.buffer_seq.tolist()]
+        return dict(zip(st.col("seq")[slots].tolist(), st.col("prompt_key")[slots].tolist()))
 
     def take_inserted(self) -> int:
         n, self.inserted = self.inserted, 0

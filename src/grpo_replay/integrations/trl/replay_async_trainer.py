@@ -68,7 +68,8 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.replay_age_bound = age_bound
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per optimizer step (main)
         self.replay_keep_samples = False  # True: records also hold the trained samples (tests, diagnostics)
-        self.replay_rows_per_process: list[int] = []  # samples in this process's row, one entry per micro-batch
+        # Samples in this process's packed row, one entry per micro-batch (diagnostics, tests).
+        self.replay_rows_per_process: deque[int] = deque(maxlen=100_000)
         self._replay_collated: deque[list[int]] = deque()
         self._replay_step: list[dict[str, Any]] = []
         self.replay_composer: Optional[AsyncComposer] = None
