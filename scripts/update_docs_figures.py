@@ -14,9 +14,10 @@ records the figures per kind, and --check
   target window, held-out sampled accuracy rose by at least MIN_RISE_PP, greedy accuracy did not fall, and the
   paper's method replayed rows. It then prints this kind's figures, to be added with a plain run of this script.
 Timings are recorded with the machine, never checked. Without --check the script records (or replaces) this kind's
-entry; on the README's kind (`readme_kind`, or with --readme) it also rewrites the README paragraph between the
-`figures:quickstart` markers and redraws the README's picture, `grpo-replay plot <paper run> <grpo run>` (plain GRPO
-trained from the same warm start; its table beside it as CSV/JSON). `--set KEY=VALUE` passes a setting to the main
+entry and rewrites the README paragraph between the `figures:quickstart` markers (it shows the README's kind,
+`readme_kind`, and names the others); on the README's kind (or with --readme) it also redraws the README's
+picture, `grpo-replay plot <paper run> <grpo run>` (plain GRPO trained from the same warm start; its table beside it
+as CSV/JSON). `--set KEY=VALUE` passes a setting to the main
 job: only to show that --check fails when training is broken (e.g. `--set lr=1e-12`).
 """
 from __future__ import annotations
@@ -40,10 +41,10 @@ README = ROOT / "README.md"
 PLOT = ROOT / "docs" / "plot" / "paper_vs_grpo.png"
 BEGIN, END = "<!-- figures:quickstart begin (scripts/update_docs_figures.py) -->", "<!-- figures:quickstart end -->"
 COMMAND = "grpo-replay train --no-progress"  # the README's main job (the progress bar off: no terminal here)
-# The smallest sampled-accuracy rise any kind may show. Measured rises of the main job over five CPU kinds and kernel
+# The smallest sampled-accuracy rise any kind may show. Measured rises of the main job over four CPU kinds and kernel
 # paths (docs/testbed.md, "One seed, several CPU kinds") lie between 10.7 and 14.8 pp; a run whose policy does not
-# learn (lr 1e-12) rose by 0.0 pp. 5 pp is under half the smallest rise seen, and over twice the sampling noise of a
-# difference between two evaluations of 256 problems x 4 samples.
+# learn (lr 1e-12) rose by 0.0 pp (every evaluation samples with one seed, so an unchanged policy scores the same).
+# 5 pp is under half the smallest rise seen.
 MIN_RISE_PP = 5.0
 
 
@@ -208,9 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if readme:
         figures["readme_kind"] = key
     args.figures.write_text(json.dumps(figures, indent=1) + "\n")
-    if readme:
-        write_readme(figures)
-        print(render(figures))
+    write_readme(figures)  # the paragraph names every recorded kind, so a new one changes it too
+    print(render(figures))
     return 0
 
 
