@@ -125,3 +125,13 @@ def test_compare_takes_a_set_no_arm_changes(tmp_path, capsys):
     planned = capsys.readouterr().out
     assert main(argv) == 0
     assert capsys.readouterr().out != planned  # the run directories' config hashes changed
+
+
+def test_compare_keeps_a_set_over_an_arms_own_schedule_and_says_so(tmp_path, capsys):
+    """The DAPO arm evaluates on its own schedule (eval_every, a key a resume may change): a --set eval_every
+    reaches the other arms and a note names the arm that keeps its own; an arm's training setting is refused."""
+    argv = ["compare", "--comparisons", "alternatives", "--seeds", "1", "--out", str(tmp_path / "c"), "--dry-run"]
+    assert main([*argv, "--set", "eval_every=50"]) == 0
+    assert "note: --set eval_every applies to every arm but dapo (eval_every=10)" in capsys.readouterr().err
+    refused([*argv, "--set", "update_epochs=3"], tmp_path / "c", capsys,
+            "--set update_epochs=... is set per run by the arm 'grpo_mu2'")

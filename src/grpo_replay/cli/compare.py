@@ -223,19 +223,26 @@ def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, 
 
 def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
     """A --set of a key that compare sets per run would be dropped from every run (or from some arms) while the
-    report records it: refused, naming what sets it."""
+    report records it: refused, naming what sets it. An arm's own schedule (a key a resume may change, e.g. the
+    DAPO arms' eval_every) only evaluates or checkpoints at other steps; over it the --set is kept for the other
+    arms, and a note says so."""
     from ..app import configio
     from ..experiments.arms import seed_overrides
+    from ..trainer.rundir import RESUMABLE_KEYS
     from ..trainer.train_config import preset_fields
 
     setters = {k: "--first-seed and --seeds (each run's seed)" for k in seed_overrides(0)}
     setters.update({"out_dir": "--out (each run has its own directory under it)", "progress": "--no-progress"})
     if cache_dir:
         setters["testbed.cache_dir"] = "--cache-dir"
+    schedule: dict[str, list[str]] = {}
     for arm in arms:
         for k in arm.overrides:
             if k == "prompts_per_step" and not arm.same_budget:
                 continue  # the compute-matched arm scales the setting's prompts_per_step, --set included
+            if k in RESUMABLE_KEYS and k not in setters:
+                schedule.setdefault(k, []).append(f"{arm.name} ({k}={arm.overrides[k]})")
+                continue
             what = f"the arm {arm.name!r} (choose arms with --arms or --comparisons)"
             setters.setdefault(k, what)
             for field in preset_fields().get(k, ()):
@@ -243,6 +250,9 @@ def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
     for k in sorted(keys & set(setters)):
         raise configio.ConfigError(f"--set {k}=... is set per run by {setters[k]}; compare cannot apply it to every "
                                    "run, so it is refused")
+    for k in sorted(keys & set(schedule)):
+        print(f"grpo-replay compare: note: --set {k} applies to every arm but {', '.join(schedule[k])}, which keep "
+              "their own", file=sys.stderr)
 
 
 def _seeds_and_jobs(args: argparse.Namespace, setting) -> tuple[list[int], int]:
