@@ -105,6 +105,15 @@ def test_the_cache_is_keyed_by_dtype_and_batch_size_and_results_record_them(tiny
     assert json.loads((out / "results.json").read_text())["benchmarks"]["math500"]["cache"] == {"from_cache": 2, "generated": 0}
 
 
+def test_a_file_not_found_mid_generation_is_not_reported_as_bad_input(tiny_model_dir, bench_dir, tmp_path, monkeypatch):
+    def lost(*_a, **_k):
+        raise FileNotFoundError("a file the evaluation itself needs is gone")
+
+    monkeypatch.setattr(TransformersGenerator, "generate", lost)
+    with pytest.raises(FileNotFoundError, match="is gone"):
+        main(eval_args(tiny_model_dir, bench_dir, tmp_path / "run", "--benchmarks", "math500"))
+
+
 def test_cli_errors(tiny_model_dir, bench_dir, tmp_path, capsys):
     assert main(eval_args(tmp_path / "missing-model", bench_dir, tmp_path / "o")) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -101,3 +101,14 @@ def test_set_takes_scientific_notation_as_a_number():
     assert cfg.lr == 1e-6 and cfg.loss.eps_high == 0.28
     args = p.parse_args(["--set", "out_dir=runs/1e5"])
     assert command.config_from_args(args).out_dir == "runs/1e5"  # only a whole number in that form is converted
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("1", True), ("", True), ("yes", True)])
+def test_the_gguf_cache_switch_takes_its_words_and_refuses_others(value, on, monkeypatch):
+    from grpo_replay.app.models import gguf_cache_root
+
+    monkeypatch.setenv("GRPO_REPLAY_GGUF_CACHE", value)
+    assert (gguf_cache_root() is not None) == on
+    monkeypatch.setenv("GRPO_REPLAY_GGUF_CACHE", "disable")  # not a word for off: refused, never read as on
+    with pytest.raises(ConfigError, match="GRPO_REPLAY_GGUF_CACHE='disable' is invalid; allowed: 0, off"):
+        gguf_cache_root()

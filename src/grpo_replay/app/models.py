@@ -102,9 +102,16 @@ CACHE_MANIFEST = "grpo_replay_gguf.json"
 
 
 def gguf_cache_root() -> Optional[Path]:
-    """Where dequantized GGUF models are kept, or None when ``GRPO_REPLAY_GGUF_CACHE`` is 0/off/false/no."""
-    if os.environ.get("GRPO_REPLAY_GGUF_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+    """Where dequantized GGUF models are kept, or None when ``GRPO_REPLAY_GGUF_CACHE`` is 0/off/false/no; any
+    other value than those and 1/on/true/yes (or unset/empty) is refused, never read as "on"."""
+    flag = os.environ.get("GRPO_REPLAY_GGUF_CACHE", "").strip().lower()
+    if flag in ("0", "off", "false", "no"):
         return None
+    if flag not in ("", "1", "on", "true", "yes"):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"GRPO_REPLAY_GGUF_CACHE={flag!r} is invalid; allowed: 0, off, false, no (cache off) or "
+                          "1, on, true, yes (on, the default)")
     env = os.environ.get("GRPO_REPLAY_CACHE")
     return (Path(env).expanduser() if env else Path("~/.cache/grpo-replay").expanduser()) / "gguf"
 

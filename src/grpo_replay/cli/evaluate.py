@@ -79,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except UsageError:
         raise
-    except (ValueError, FileNotFoundError, ImportError) as exc:
+    except (ValueError, ImportError) as exc:
         # A bad model, benchmark or setting reported by the libraries below (transformers, datasets): bad input,
-        # exit 2 through cli.main like every UsageError.
+        # exit 2 through cli.main like every UsageError. A missing path the user gave is InputNotFound (a
+        # UsageError); any other FileNotFoundError, e.g. mid-generation, is not bad input and keeps its traceback.
         raise UsageError(str(exc)) from exc
 
 

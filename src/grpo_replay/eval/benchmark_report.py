@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from ..errors import InputNotFound
 from .harness import MEAN_KEY
 
 RESULTS_JSON = "results.json"
@@ -87,7 +88,7 @@ def load_results(path) -> dict:
     """Read a results.json (e.g. the ``--baseline``), checking it has the fields the comparison needs."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"baseline results {path} does not exist")
+        raise InputNotFound(f"baseline results {path} does not exist")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -181,7 +181,9 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1
     path = source.path if is_gguf else os.path.expanduser(model)
     if looks_local and not os.path.exists(os.path.expanduser(model)):
-        raise FileNotFoundError(f"--model {model}: path does not exist")
+        from ..errors import InputNotFound
+
+        raise InputNotFound(f"--model {model}: path does not exist")
     try:
         config = AutoConfig.from_pretrained(path, **kw)
     except Exception as exc:
