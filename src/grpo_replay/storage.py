@@ -163,6 +163,10 @@ class RolloutStorage:
         self._stale = np.zeros(self.slots, dtype=bool)
         self._any_stale = False
 
+    def arena_widths(self) -> dict[str, int]:
+        """Allocated width of each arena (prompt_ids and `COMPLETION_FIELDS`; the mask's in packed bytes)."""
+        return {"prompt_ids": int(self.prompt_ids.shape[1]), **{k: int(a.shape[1]) for k, a in self.arena.items()}}
+
     @property
     def slots(self) -> int:
         return len(self.valid)
@@ -320,7 +324,7 @@ class RolloutStorage:
             has_ref=has_ref,
             ref=flat("ref").astype(np.float32) if has_ref else np.zeros(0, np.float32),
             # the arenas' allocated widths, so that a restored storage holds the same bytes as the saved one
-            widths={"prompt_ids": W, **{k: int(a.shape[1]) for k, a in self.arena.items()}},
+            widths=self.arena_widths(),
         )
         return state
 
