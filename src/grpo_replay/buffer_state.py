@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .errors import UsageError
-from .storage import COLUMNS, _LENGTH_COLUMNS
+from .storage import SAVED_COLUMNS
 
 STATE_VERSION = 5
 # 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
@@ -39,7 +39,7 @@ JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sample
 SCALAR_KEYS = {"count", "seq", "has_ref"}
 WIDTH_KEYS = ("prompt_ids", "comp_ids", "logps", "mask", "ref")  # storage_scalars.widths: arena -> allocated width
 ARRAY_DTYPES: dict[str, Any] = {
-    **{f"col.{k}": np.dtype(dt) for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS},
+    **{f"col.{k}": np.dtype(dt) for k, dt in SAVED_COLUMNS.items()},
     "valid": np.dtype(np.bool_),
     "free": np.dtype(np.int64),
     "prompt_len": np.dtype(np.int64),

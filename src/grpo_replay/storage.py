@@ -15,12 +15,18 @@ exact slot layout is part of `state_dict`, so a restored storage enumerates cand
 and a seeded sampler draws the same rows.
 
 A sum tree over the slots' sampling weights (0 for free slots) lets the sampler draw in O(k log N) instead
-of touching every stored weight. It is brought up to date when read (`tree`): add and remove only mark
-their slots, so a slot freed and refilled between two reads is updated once, and nothing is updated while
-the sampler does not use the tree (below its size threshold).
+of touching every stored weight. It is brought up to date when read (`tree`): add and remove only record
+their slots, so a read updates just the slots changed since the last one (a slot freed and refilled in
+between once), and nothing is updated while the sampler does not use the tree (below its size threshold).
+
+Rows are also listed by birth step (one entry per insert, in birth order: rows arrive in it, a late one is
+filed in its place), so age eviction reads only the rows it evicts. The scalar columns of a slot live in one
+allocation, so growing the storage hands the old one back to the system whole; the columns that hold a
+default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated on first use.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -36,11 +42,15 @@ COLUMNS: dict[str, Any] = {
     "weight": np.float64,  # sampling weight, frozen at insertion like the advantage it derives from
     "seq": np.int64,  # insertion counter: the capacity backstop evicts the smallest first
     "uses": np.int64,  # times the row has been replayed (ReplayConfig.max_uses evicts at the limit)
-    "prompt_len": np.int64,  # real prompt tokens (right-aligned in the prompt arena)
-    "comp_len": np.int64,  # last counted completion position + 1
+    "prompt_len": np.int32,  # real prompt tokens (right-aligned in the prompt arena)
+    "comp_len": np.int32,  # last counted completion position + 1
 }
+# Columns holding this value in every row until a caller stores another: not allocated until then.
+_LAZY_COLUMNS: dict[str, int] = {"prompt_key": -1, "uses": 0}
 # Derived from the token arrays in the saved state, so not saved as columns (keeps the file format).
 _LENGTH_COLUMNS = ("prompt_len", "comp_len")
+# The saved columns and their dtypes in the file ("col.<name>").
+SAVED_COLUMNS: dict[str, Any] = {k: dt for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS}
 # completion arenas: name -> dtype ("mask" holds packed bits: 8 completion positions a byte)
 COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.uint8, "logps": np.float32, "ref": np.float32}
 
@@ -67,12 +77,14 @@ class SumTree:
         return float(self.t[1])
 
     def rebuild(self, leaves: np.ndarray) -> None:
-        self.t[:] = 0.0
-        self.t[self.cap : self.cap + len(leaves)] = leaves
-        lo = self.cap // 2
-        while lo >= 1:
-            self.t[lo : 2 * lo] = self.t[2 * lo : 4 * lo : 2] + self.t[2 * lo + 1 : 4 * lo : 2]
-            lo //= 2
+        """Fill a new tree (all zeros) from its first len(leaves) leaves. Only those leaves and the nodes above
+        them are written: the rest stays 0, and the memory of a tree larger than its leaves is never touched."""
+        n = len(leaves)
+        self.t[self.cap : self.cap + n] = leaves
+        lo, hi = self.cap, self.cap + max(n, 1)
+        while lo > 1:
+            lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
+            self.t[lo:hi] = self.t[2 * lo : 2 * hi : 2] + self.t[2 * lo + 1 : 2 * hi : 2]
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set leaves idx (unique) to values and recompute their ancestors (each parent from its children,
@@ -115,14 +127,15 @@ class RolloutStorage:
     right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
     left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
     first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
-    and 0 otherwise (leaves of slots marked in `_stale`, and their ancestors, may lag until then); `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
-    all stored rows agree on it.
+    and 0 otherwise (the leaves of slots in `_changed`, and their ancestors, may lag until then); every
+    occupied slot is in the entry of `_born` with its birth step (entries sorted by birth step; an entry
+    may also list slots freed or refilled since, which `born_before` tells apart by their birth step);
+    `has_ref` says whether the stored rows carry reference log-probs (None when empty), and all stored rows
+    agree on it.
     """
 
     def __init__(self, initial_slots: int = 1024):
-        self._cols = {k: np.zeros(initial_slots, dtype=dt) for k, dt in COLUMNS.items()}
-        self.valid = np.zeros(initial_slots, dtype=bool)
-        self.dense = np.zeros(initial_slots, dtype=bool)
+        self._cols, self.valid, self.dense = _slot_columns(initial_slots)
         self._free: list[int] = list(range(initial_slots - 1, -1, -1))  # pop() yields slot 0 first
         self._count = 0
         self._seq = 0
@@ -131,37 +144,98 @@ class RolloutStorage:
         self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
         self._tree = SumTree(initial_slots)
-        self._stale = np.zeros(initial_slots, dtype=bool)  # slots whose leaf (and ancestors) await `tree`
-        self._any_stale = False
+        self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
+        self._n_changed = 0
+        self._born: list[tuple[int, np.ndarray]] = []  # (birth step, int32 slots) per insert, by birth step
+        self._births: list[int] = []  # the birth steps of `_born`, for bisect
 
     def __len__(self) -> int:
         return self._count
 
     def col(self, name: str) -> np.ndarray:
+        """The column over all slots (a view: writes go to the storage); a lazy column is allocated here."""
+        if name not in self._cols and name in _LAZY_COLUMNS:
+            self._cols[name] = np.full(self.slots, _LAZY_COLUMNS[name], COLUMNS[name])
         return self._cols[name]
+
+    def _col_values(self, name: str) -> np.ndarray:
+        """The column over all slots without allocating a lazy one (then a read-only array of its default)."""
+        if name in self._cols:
+            return self._cols[name]
+        return np.broadcast_to(np.array(_LAZY_COLUMNS[name], COLUMNS[name]), (self.slots,))
 
     def valid_slots(self) -> np.ndarray:
         return np.flatnonzero(self.valid)
 
+    def born_before(self, step: int) -> np.ndarray:
+        """Sorted slots (int64) of the stored rows born before `step`: reads only the entries of `_born` that
+        are older (O(rows returned), plus the slots freed among them since)."""
+        births, found = self._cols["birth_step"], []
+        for birth, slots in self._born:
+            if birth >= step:
+                break
+            found.append(slots[self.valid[slots] & (births[slots] == birth)])
+        if not found:
+            return np.zeros(0, np.int64)
+        # A slot freed and refilled by rows of the same birth step may be listed by two entries: count it once.
+        return np.unique(np.concatenate(found).astype(np.int64)) if len(found) > 1 else np.sort(found[0].astype(np.int64))
+
+    def _file_births(self, slots: np.ndarray, births: np.ndarray) -> None:
+        """List new rows in `_born` (one entry per birth step among them, in its place by birth step)."""
+        lo, hi = int(births.min()), int(births.max())
+        groups = [(lo, slots)] if lo == hi else [(int(b), slots[births == b]) for b in np.unique(births)]
+        for b, s in groups:
+            s = s.astype(np.int32)
+            if not self._births or b >= self._births[-1]:
+                self._born.append((b, s))
+                self._births.append(b)
+            else:  # a late row: filed among the rows of its birth step
+                i = bisect_right(self._births, b)
+                self._born.insert(i, (b, s))
+                self._births.insert(i, b)
+
+    def _drop_dead_births(self) -> None:
+        """Drop the oldest entries of `_born` while none of their slots still holds a row of that birth step."""
+        births = self._cols["birth_step"]
+        while self._born:
+            b, s = self._born[0]
+            if (self.valid[s] & (births[s] == b)).any():
+                return
+            del self._born[0], self._births[0]
+
+    def _rebuild_births(self) -> None:
+        slots = self.valid_slots()
+        self._born, self._births = [], []
+        if len(slots):
+            self._file_births(slots, self._cols["birth_step"][slots])
+
     @property
     def tree(self) -> SumTree:
-        """The sum tree, its stale leaves (slots added or removed since the last read) updated first."""
-        if self._any_stale:
-            idx = np.flatnonzero(self._stale)
-            self._stale[idx] = False
-            self._any_stale = False
+        """The sum tree, the leaves of the slots added or removed since the last read updated first."""
+        if self._changed is None:
+            self._rebuild_tree()
+        elif self._changed:
+            parts = [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in self._changed]
+            idx = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            self._changed, self._n_changed = [], 0
             self._tree.set(idx, np.where(self.valid[idx], self._cols["weight"][idx], 0.0))
         return self._tree
 
-    def _mark_stale(self, slots: np.ndarray) -> None:
-        self._stale[slots] = True
-        self._any_stale = True
+    def _mark_changed(self, slots) -> None:
+        """Record slots (an array or a slice) whose leaves `tree` must update; past an eighth of the slots a
+        rebuild costs less, and the record stops growing while nothing reads the tree."""
+        if self._changed is None:
+            return
+        self._n_changed += (slots.stop - slots.start) if isinstance(slots, slice) else len(slots)
+        if self._n_changed > max(1024, self.slots // 8):
+            self._changed = None
+        else:
+            self._changed.append(slots)
 
     def _rebuild_tree(self) -> None:
         self._tree = SumTree(self.slots)
         self._tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
-        self._stale = np.zeros(self.slots, dtype=bool)
-        self._any_stale = False
+        self._changed, self._n_changed = [], 0
 
     def arena_widths(self) -> dict[str, int]:
         """Allocated width of each arena (prompt_ids and `COMPLETION_FIELDS`; the mask's in packed bytes)."""
@@ -174,10 +248,13 @@ class RolloutStorage:
     def _grow(self, needed: int) -> None:
         old = self.slots
         new = max(old + old // 4, needed, 1)  # geometric (amortised O(1) a row), 25 % slack at most
-        for k in self._cols:
-            self._cols[k] = _resize_rows(self._cols[k], new)
-        self.valid = _resize_rows(self.valid, new)
-        self.dense = _resize_rows(self.dense, new)
+        cols, valid, dense = _slot_columns(new)
+        for k, a in self._cols.items():
+            if k in _LAZY_COLUMNS:
+                cols[k] = np.full(new, _LAZY_COLUMNS[k], a.dtype)
+            cols[k][:old] = a
+        valid[:old], dense[:old] = self.valid, self.dense
+        self._cols, self.valid, self.dense = cols, valid, dense
         self.prompt_ids = _resize_rows(self.prompt_ids, new)
         self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
         self._free.extend(range(new - 1, old - 1, -1))
@@ -237,14 +314,19 @@ class RolloutStorage:
                 rows.put(self.arena[k], completion[k])
         at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
         for k, arr in scalars.items():
-            self._cols[k][at] = arr
+            if k in self._cols:
+                self._cols[k][at] = arr
+            elif (np.asarray(arr) != _LAZY_COLUMNS[k]).any():  # a lazy column's first non-default value
+                self.col(k)[at] = arr
         self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
-        self._cols["uses"][at] = 0
+        if "uses" in self._cols:
+            self._cols["uses"][at] = 0
         self._seq += n
         self.valid[at] = True
         self.dense[at] = dense
         self._count += n
-        self._mark_stale(at)
+        self._mark_changed(at)
+        self._file_births(slots, self._cols["birth_step"][at])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -260,7 +342,8 @@ class RolloutStorage:
         self._count -= len(slots)
         if self._count == 0:
             self.has_ref = None
-        self._mark_stale(slots)
+        self._mark_changed(slots)
+        self._drop_dead_births()
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
@@ -289,7 +372,7 @@ class RolloutStorage:
     def nbytes(self) -> int:
         """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
         rows carry reference log-probs) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, self._stale, *self.arena.values()]
+        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -308,7 +391,7 @@ class RolloutStorage:
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
         state: dict[str, Any] = {
-            f"col.{k}": np.where(self.valid, v, 0).astype(v.dtype) for k, v in self._cols.items() if k not in _LENGTH_COLUMNS
+            f"col.{k}": np.where(self.valid, self._col_values(k), 0).astype(SAVED_COLUMNS[k]) for k in SAVED_COLUMNS
         }
         state.update(
             valid=self.valid.copy(),
@@ -331,11 +414,14 @@ class RolloutStorage:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from `state_dict` output; the caller (ReplayBuffer.load) has validated it."""
         n_slots = len(state["valid"])
-        self._cols = {k: np.zeros(n_slots, dt) for k, dt in COLUMNS.items()}
-        self.valid = np.array(state["valid"], dtype=bool)
-        for k, dt in COLUMNS.items():
-            if k not in _LENGTH_COLUMNS:
-                self._cols[k] = np.where(self.valid, np.asarray(state[f"col.{k}"], dtype=dt), 0).astype(dt)
+        self._cols, self.valid, self.dense = _slot_columns(n_slots)
+        self.valid[:] = state["valid"]
+        for k, dt in SAVED_COLUMNS.items():
+            v = np.where(self.valid, np.asarray(state[f"col.{k}"]), 0)
+            if k not in _LAZY_COLUMNS:
+                self._cols[k][:] = v
+            elif (v[self.valid] != _LAZY_COLUMNS[k]).any():
+                self.col(k)[:] = np.where(self.valid, v, _LAZY_COLUMNS[k])
         self._free = [int(x) for x in state["free"]]
         self._count = int(state["count"])
         self._seq = int(state["seq"])
@@ -361,11 +447,11 @@ class RolloutStorage:
             if k == "mask":
                 m = _repad(state[k], clen, C, np.bool_, left=False)
                 self.arena[k][slots, : _packed(C)] = np.packbits(m, axis=1)
-                self.dense = np.zeros(n_slots, bool)
                 self.dense[slots] = np.count_nonzero(m, axis=1) == clen
             else:
                 self.arena[k][slots] = _repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
+        self._rebuild_births()
 
 
 class _Rows:
@@ -469,6 +555,21 @@ def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
     last8 = packed.reshape(n, nw, 8)[rows, word]  # (n, 8) bytes of that word, in position order
     byte = 7 - np.argmax(last8[:, ::-1] != 0, axis=1)
     return np.where(nz.any(1), 8 * (8 * word + byte) + _LAST_BIT[last8[rows, byte]], 0)
+
+
+def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """(the eager `COLUMNS`, valid, dense) for n slots, zeros, as views into one allocation: large, so the
+    allocator maps it on its own and returns it to the system whole when the storage grows past it."""
+    kinds = [(k, np.dtype(dt)) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS]
+    kinds += [("valid", np.dtype(bool)), ("dense", np.dtype(bool))]
+    kinds.sort(key=lambda kd: -kd[1].itemsize)  # widest first: every view stays aligned
+    block = np.zeros(sum(dt.itemsize for _, dt in kinds) * n, np.uint8)
+    views, at = {}, 0
+    for k, dt in kinds:
+        views[k] = block[at : at + dt.itemsize * n].view(dt)
+        at += dt.itemsize * n
+    valid, dense = views.pop("valid"), views.pop("dense")
+    return views, valid, dense
 
 
 def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
