@@ -82,20 +82,19 @@ class ReplayBuffer:
         if n == 0:
             return 0
         self._check_fresh(batch)
-        adv = batch.advantages.detach().cpu().numpy().astype(np.float32)
-        if not np.isfinite(adv).all():
-            bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
-            raise ValueError(f"ReplayBuffer.add: advantages must be finite; rows {bad} are NaN or inf")
-        std = batch.group_std.detach().cpu().numpy().astype(np.float32)
-        if not np.isfinite(std).all():
+        adv, std = _host(batch.advantages, torch.float32), _host(batch.group_std, torch.float32)
+        if not (_finite(adv) and _finite(std)):  # one reduction each; the rows are found only on failure
+            if not np.isfinite(adv).all():
+                bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
+                raise ValueError(f"ReplayBuffer.add: advantages must be finite; rows {bad} are NaN or inf")
             raise ValueError("ReplayBuffer.add: group_std must be finite")
         pk = _prompt_keys(prompt_keys, n)
-        inv = _group_index(batch.group_ids.cpu().numpy())
+        inv = _group_index(_host(batch.group_ids))
         rows = _arena_rows(batch)
         columns = {
             "birth_step": np.full(n, step, np.int64),
             "advantage": adv,
-            "reward": batch.rewards.detach().cpu().numpy().astype(np.float32),
+            "reward": _host(batch.rewards, torch.float32),
             "group_std": std,
             "group_key": self._next_group + inv,
             "prompt_key": pk,
@@ -103,7 +102,8 @@ class ReplayBuffer:
             "comp_len": rows.comp_len,
         }
         weight = np.asarray(self._priority(columns, self.config), dtype=np.float64)
-        if weight.shape != (n,) or not (np.isfinite(weight) & (weight >= 0)).all():
+        # min >= 0 fails for NaN too, max < inf for inf: two reductions, no temporary
+        if weight.shape != (n,) or not (weight.min() >= 0 and weight.max() < np.inf):
             raise ValueError(
                 f"ReplayBuffer.add: priority {self.config.priority!r} must give {n} finite weights >= 0, "
                 f"got shape {weight.shape}"
@@ -120,7 +120,7 @@ class ReplayBuffer:
 
     def _check_fresh(self, batch: RolloutBatch) -> None:
         """Raise ValueError if `batch` cannot be stored as it is (nothing is changed)."""
-        if bool(batch.is_replay.any()):
+        if _host(batch.is_replay).any():
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
             if getattr(batch, name).shape != batch.completion_ids.shape:
@@ -342,9 +342,9 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
     is packed to bits unless every row's mask is a prefix (then None: the storage rebuilds it from
     comp_len); prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
     zeros are squeezed out, as before)."""
-    pm = batch.prompt_mask.cpu().numpy()
+    pm = _host(batch.prompt_mask)
     pm = pm if pm.dtype == np.bool_ else pm != 0
-    pid = batch.prompt_ids.cpu().numpy()
+    pid = _host(batch.prompt_ids)
     n, P = pm.shape
     # Left-padded with one contiguous run of real tokens in every row iff the count of real tokens equals
     # the sum over rows of P - (first real position): one early-stopping search and one flat count.
@@ -355,18 +355,32 @@ def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
         order = np.argsort(pm, axis=1, kind="stable")
         pid, pm = np.take_along_axis(pid, order, 1), prefix_rows(plen, P, right=True)
     Pw = int(plen.max()) if n else 0
-    cm = batch.completion_mask.cpu().numpy()
+    cm = _host(batch.completion_mask)
     cm = cm if cm.dtype == np.bool_ else cm != 0
     packed, comp_len = None, prefix_lengths(cm)
     if comp_len is None:
         packed, comp_len = pack_mask(cm)
     completion = {
-        "comp_ids": batch.completion_ids.cpu().numpy(),
+        "comp_ids": _host(batch.completion_ids),
         "mask": packed,
-        "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
-        "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
+        "logps": _host(batch.behaviour_logps, torch.float32),
+        "ref": _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None,
     }
     return _ArenaRows(pid[:, P - Pw :], pm[:, P - Pw :], plen.astype(np.int64, copy=False), comp_len, completion)
+
+
+def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
+    """`t` as a numpy array on the host, cast to `dtype` first if it differs (any torch dtype, bfloat16
+    included): a view of a CPU tensor (no copy) where it can."""
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    return t.numpy() if t.device.type == "cpu" and not t.requires_grad else t.detach().cpu().numpy()
+
+
+def _finite(a: np.ndarray) -> bool:
+    """True if every entry is finite: a NaN or inf makes the sum non-finite, and a float64 sum of float32
+    values cannot overflow."""
+    return bool(np.isfinite(a.sum(dtype=np.float64)))
 
 
 def _step_arg(step: Any, where: str) -> int:

@@ -76,15 +76,18 @@ class SumTree:
     def total(self) -> float:
         return float(self.t[1])
 
-    def rebuild(self, leaves: np.ndarray) -> None:
-        """Fill a new tree (all zeros) from its first len(leaves) leaves. Only those leaves and the nodes above
-        them are written: the rest stays 0, and the memory of a tree larger than its leaves is never touched."""
+    def rebuild(self, leaves: np.ndarray, keep: Optional[np.ndarray] = None) -> None:
+        """Fill a new tree (all zeros) from its first len(leaves) leaves (0 where `keep`, bool, is False).
+        Only those leaves and the nodes above them are written, in place: the rest stays 0, and the memory of
+        a tree larger than its leaves is never touched."""
         n = len(leaves)
         self.t[self.cap : self.cap + n] = leaves
+        if keep is not None:
+            np.copyto(self.t[self.cap : self.cap + n], 0.0, where=~keep)
         lo, hi = self.cap, self.cap + max(n, 1)
         while lo > 1:
             lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
-            self.t[lo:hi] = self.t[2 * lo : 2 * hi : 2] + self.t[2 * lo + 1 : 2 * hi : 2]
+            np.add(self.t[2 * lo : 2 * hi : 2], self.t[2 * lo + 1 : 2 * hi : 2], out=self.t[lo:hi])
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set leaves idx (unique) to values and recompute their ancestors (each parent from its children,
@@ -123,7 +126,7 @@ class RolloutStorage:
     """Stored rollouts, one slot each: scalar columns (`COLUMNS`), token arenas and a sum tree of weights.
 
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
-    unoccupied slots (reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
+    unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
     right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
     left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
     first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
@@ -136,7 +139,8 @@ class RolloutStorage:
 
     def __init__(self, initial_slots: int = 1024):
         self._cols, self.valid, self.dense = _slot_columns(initial_slots)
-        self._free: list[int] = list(range(initial_slots - 1, -1, -1))  # pop() yields slot 0 first
+        self._free = np.arange(initial_slots - 1, -1, -1, dtype=np.int64)  # the top (the end) is slot 0
+        self._n_free = initial_slots
         self._count = 0
         self._seq = 0
         self.prompt_ids = np.zeros((initial_slots, 0), dtype=np.int32)
@@ -146,7 +150,7 @@ class RolloutStorage:
         self._tree = SumTree(initial_slots)
         self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
         self._n_changed = 0
-        self._born: list[tuple[int, np.ndarray]] = []  # (birth step, int32 slots) per insert, by birth step
+        self._born: list[tuple[int, Any]] = []  # (birth step, a slice or int32 slots) per insert, by birth step
         self._births: list[int] = []  # the birth steps of `_born`, for bisect
 
     def __len__(self) -> int:
@@ -170,22 +174,33 @@ class RolloutStorage:
     def born_before(self, step: int) -> np.ndarray:
         """Sorted slots (int64) of the stored rows born before `step`: reads only the entries of `_born` that
         are older (O(rows returned), plus the slots freed among them since)."""
-        births, found = self._cols["birth_step"], []
-        for birth, slots in self._born:
+        found = []
+        for birth, at in self._born:
             if birth >= step:
                 break
-            found.append(slots[self.valid[slots] & (births[slots] == birth)])
+            found.append(self._still_born(birth, at))
         if not found:
             return np.zeros(0, np.int64)
+        if len(found) == 1:
+            return found[0] if isinstance(self._born[0][1], slice) else np.sort(found[0])
         # A slot freed and refilled by rows of the same birth step may be listed by two entries: count it once.
-        return np.unique(np.concatenate(found).astype(np.int64)) if len(found) > 1 else np.sort(found[0].astype(np.int64))
+        return np.unique(np.concatenate(found))
 
-    def _file_births(self, slots: np.ndarray, births: np.ndarray) -> None:
-        """List new rows in `_born` (one entry per birth step among them, in its place by birth step)."""
+    def _still_born(self, birth: int, at) -> np.ndarray:
+        """Slots (int64) of an entry of `_born` (a slice or int32 slots) that still hold rows of its birth step."""
+        keep = self.valid[at] & (self._cols["birth_step"][at] == birth)
+        return np.flatnonzero(keep) + at.start if isinstance(at, slice) else at[keep].astype(np.int64)
+
+    def _file_births(self, at, births: np.ndarray) -> None:
+        """List new rows in `_born`: one entry per birth step among them (a slice when their slots are one
+        ascending run, as usual: no memory per row), each in its place by birth step."""
         lo, hi = int(births.min()), int(births.max())
-        groups = [(lo, slots)] if lo == hi else [(int(b), slots[births == b]) for b in np.unique(births)]
+        if lo == hi:
+            groups = [(lo, at if isinstance(at, slice) else at.astype(np.int32))]
+        else:
+            slots = np.arange(at.start, at.stop) if isinstance(at, slice) else at
+            groups = [(int(b), slots[births == b].astype(np.int32)) for b in np.unique(births)]
         for b, s in groups:
-            s = s.astype(np.int32)
             if not self._births or b >= self._births[-1]:
                 self._born.append((b, s))
                 self._births.append(b)
@@ -198,8 +213,8 @@ class RolloutStorage:
         """Drop the oldest entries of `_born` while none of their slots still holds a row of that birth step."""
         births = self._cols["birth_step"]
         while self._born:
-            b, s = self._born[0]
-            if (self.valid[s] & (births[s] == b)).any():
+            b, at = self._born[0]
+            if (self.valid[at] & (births[at] == b)).any():
                 return
             del self._born[0], self._births[0]
 
@@ -234,7 +249,7 @@ class RolloutStorage:
 
     def _rebuild_tree(self) -> None:
         self._tree = SumTree(self.slots)
-        self._tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
+        self._tree.rebuild(self._cols["weight"], keep=self.valid)
         self._changed, self._n_changed = [], 0
 
     def arena_widths(self) -> dict[str, int]:
@@ -257,7 +272,10 @@ class RolloutStorage:
         self._cols, self.valid, self.dense = cols, valid, dense
         self.prompt_ids = _resize_rows(self.prompt_ids, new)
         self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
-        self._free.extend(range(new - 1, old - 1, -1))
+        free = np.zeros(new, np.int64)
+        free[: self._n_free] = self._free[: self._n_free]
+        free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
+        self._free, self._n_free = free, self._n_free + new - old
         self._rebuild_tree()
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
@@ -299,11 +317,11 @@ class RolloutStorage:
                 f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
                 f"{'present' if self.has_ref else 'absent'} in the stored rows; all rows must agree"
             )
-        if len(self._free) < n:
+        if self._n_free < n:
             self._grow(self._count + n)
         self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
-        slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
-        del self._free[len(self._free) - n :]
+        self._n_free -= n
+        slots = self._free[self._n_free : self._n_free + n][::-1].copy()
         rows = _Rows(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
@@ -326,7 +344,7 @@ class RolloutStorage:
         self.dense[at] = dense
         self._count += n
         self._mark_changed(at)
-        self._file_births(slots, self._cols["birth_step"][at])
+        self._file_births(at, self._cols["birth_step"][at])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -338,7 +356,8 @@ class RolloutStorage:
         self.valid[slots] = False
         # Arena rows are left as they are: add overwrites a row's whole width before it is read again.
         # Reverse so that the lowest freed slot is reused first, keeping the layout compact and deterministic.
-        self._free.extend(sorted(slots.tolist(), reverse=True))
+        self._free[self._n_free : self._n_free + len(slots)] = np.sort(slots)[::-1]
+        self._n_free += len(slots)
         self._count -= len(slots)
         if self._count == 0:
             self.has_ref = None
@@ -395,7 +414,7 @@ class RolloutStorage:
         }
         state.update(
             valid=self.valid.copy(),
-            free=np.asarray(self._free, dtype=np.int64),
+            free=self._free[: self._n_free].copy(),
             count=self._count,
             seq=self._seq,
             prompt_len=plen.astype(np.int64),
@@ -422,7 +441,9 @@ class RolloutStorage:
                 self._cols[k][:] = v
             elif (v[self.valid] != _LAZY_COLUMNS[k]).any():
                 self.col(k)[:] = np.where(self.valid, v, _LAZY_COLUMNS[k])
-        self._free = [int(x) for x in state["free"]]
+        self._free = np.zeros(n_slots, np.int64)
+        self._n_free = len(state["free"])
+        self._free[: self._n_free] = state["free"]
         self._count = int(state["count"])
         self._seq = int(state["seq"])
         slots = self.valid_slots()
@@ -469,14 +490,16 @@ class _Rows:
         W, w = arena.shape[1], src.shape[1]
         dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
         if left:  # right-aligned
-            dst[:, : W - w] = 0
+            if W > w:
+                dst[:, : W - w] = 0
             if keep is None:
                 dst[:, W - w :] = src
             else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
                 np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
         else:
             dst[:, :w] = src
-            dst[:, w:] = 0
+            if W > w:
+                dst[:, w:] = 0
         if not self.run:
             arena[self.slots] = dst
 
