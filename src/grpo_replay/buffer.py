@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import buffer_state
-from .buffer_state import STATE_VERSION, BufferStateError
+from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
@@ -31,8 +31,8 @@ class ReplayBuffer:
 
     Holds a `RolloutStorage`, an age and a capacity `Eviction`, a `Sampler`, the priority function named by
     the config, the seeded generator the sampler draws from, and counters. Invariants: no stored row was
-    born after `last_step`; `total_added == len(self) + total_evicted_age + total_evicted_capacity +
-    total_evicted_uses + total_evicted_drift`; group
+    born after `last_step`; `totals.added == len(self) + totals.evicted()` (`BufferTotals`, also read as
+    `total_added`, `total_evicted_age`, ...); group
     keys are unique across inserts (and insertion numbers, `seq`, across the buffer's life); a saved and reloaded buffer draws exactly what the original would.
     The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
     capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one.
@@ -57,15 +57,18 @@ class ReplayBuffer:
         self.sampler = sampler or sampler_cls(self.config.replacement)
         self._priority = PRIORITIES.get(self.config.priority)
         self._next_group = 0
-        self.total_added = 0
-        self.total_evicted_age = 0
-        self.total_evicted_capacity = 0
-        self.total_evicted_uses = 0  # rows replayed max_uses times
-        self.total_evicted_drift = 0  # rows a caller evicted for drift (`evict_rows`)
+        self.totals = BufferTotals()
         self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
 
     def __len__(self) -> int:
         return len(self.storage)
+
+    # the lifetime counts (`totals`) by their attribute names
+    total_added = property(lambda self: self.totals.added)
+    total_evicted_age = property(lambda self: self.totals.evicted_age)
+    total_evicted_capacity = property(lambda self: self.totals.evicted_capacity)
+    total_evicted_uses = property(lambda self: self.totals.evicted_uses)
+    total_evicted_drift = property(lambda self: self.totals.evicted_drift)
 
     # --- Algorithm 1 step 7 -------------------------------------------------------------------------
     def add(self, batch: RolloutBatch, step: int, prompt_keys: Optional[Sequence[int]] = None) -> int:
@@ -112,10 +115,10 @@ class ReplayBuffer:
         self.storage.add({**columns, "weight": weight}, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._next_group += int(inv.max()) + 1
         self._see(step)
-        self.total_added += n
+        self.totals.added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
         self.storage.remove(evict)
-        self.total_evicted_capacity += len(evict)
+        self.totals.evicted_capacity += len(evict)
         return n
 
     def _check_fresh(self, batch: RolloutBatch) -> None:
@@ -130,12 +133,8 @@ class ReplayBuffer:
                 )
         check_token_ids(batch, "ReplayBuffer.add")
         check_completion_mask(batch.completion_mask, "ReplayBuffer.add")
-        has_ref, stored = batch.ref_logps is not None, self.storage.has_ref
-        if len(self.storage) and has_ref != stored:
-            raise ValueError(
-                f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
-                f"{'present' if stored else 'absent'} in the stored rows; all rows must agree"
-            )
+        # ref_logps present in this batch and absent in the stored rows (or the reverse): RolloutStorage.add
+        # refuses it before it changes anything
 
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
@@ -154,7 +153,7 @@ class ReplayBuffer:
         self._see(step)
         slots = self.age_eviction.select(self.storage, step)
         self.storage.remove(slots)
-        self.total_evicted_age += len(slots)
+        self.totals.evicted_age += len(slots)
         return len(slots)
 
     def sample(self, n_rows: int, step: int) -> RolloutBatch:
@@ -178,7 +177,7 @@ class ReplayBuffer:
             np.add.at(uses, slots, 1)  # with replacement a row drawn twice counts twice
             spent = np.unique(slots[uses[slots] >= self.config.max_uses])
             self.storage.remove(spent)
-            self.total_evicted_uses += len(spent)
+            self.totals.evicted_uses += len(spent)
         return batch
 
     def _decayed_weights(self, step: int) -> np.ndarray:
@@ -198,7 +197,7 @@ class ReplayBuffer:
         slots = self.storage.valid_slots()
         gone = slots[np.isin(self.storage.col("seq")[slots], seqs[seqs >= 0])]
         self.storage.remove(gone)
-        self.total_evicted_drift += len(gone)
+        self.totals.evicted_drift += len(gone)
         return len(gone)
 
     def _see(self, step: int) -> None:
@@ -252,11 +251,11 @@ class ReplayBuffer:
             "buffer/max_age": int(ages.max()) if len(ages) else 0,
             "buffer/age_hist": np.bincount(ages.clip(min=0)).tolist() if len(ages) else [],
             "buffer/bytes": self.storage.nbytes(),
-            "buffer/evicted_age": self.total_evicted_age,
-            "buffer/evicted_capacity": self.total_evicted_capacity,
+            "buffer/evicted_age": self.totals.evicted_age,
+            "buffer/evicted_capacity": self.totals.evicted_capacity,
             # only with the option on: a default run's metrics rows keep their keys
-            **({"buffer/evicted_uses": self.total_evicted_uses} if self.config.max_uses is not None else {}),
-            **({"buffer/evicted_drift": self.total_evicted_drift} if self.config.max_drift is not None else {}),
+            **({"buffer/evicted_uses": self.totals.evicted_uses} if self.config.max_uses is not None else {}),
+            **({"buffer/evicted_drift": self.totals.evicted_drift} if self.config.max_drift is not None else {}),
         }
 
     # --- persistence ----------------------------------------------------------------------------------
@@ -266,13 +265,7 @@ class ReplayBuffer:
             "config": self.config.to_dict(),
             "rng": self.rng.bit_generator.state,
             "next_group": self._next_group,
-            "totals": {
-                "added": self.total_added,
-                "evicted_age": self.total_evicted_age,
-                "evicted_capacity": self.total_evicted_capacity,
-                "evicted_uses": self.total_evicted_uses,
-                "evicted_drift": self.total_evicted_drift,
-            },
+            "totals": self.totals.to_dict(),
             "step": self.last_step,
             "storage": self.storage.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -290,10 +283,7 @@ class ReplayBuffer:
         buffer_state.validate(state, self.config, where, parts)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
-        totals = buffer_state.totals(state["totals"], state["version"])
-        self.total_added, self.total_evicted_age = totals["added"], totals["evicted_age"]
-        self.total_evicted_capacity = totals["evicted_capacity"]
-        self.total_evicted_uses, self.total_evicted_drift = totals["evicted_uses"], totals["evicted_drift"]
+        self.totals = BufferTotals(**buffer_state.totals(state["totals"], state["version"]))
         st = state["storage"]
         births = st["col.birth_step"][st["valid"]]
         # Version 1 files predate "step": their newest birth step is the best bound there is.
