@@ -9,7 +9,7 @@ Advantages, group statistics, behaviour log-probs and the sampling weight are fr
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
 from .rollout import RolloutBatch, _unchecked, check_completion_mask, check_token_ids
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
-from .storage import RolloutStorage, pack_mask, prefix_lengths, prefix_rows
+from .storage import RolloutStorage, encode_rows
 
 __all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
@@ -93,7 +93,11 @@ class ReplayBuffer:
             raise ValueError("ReplayBuffer.add: group_std must be finite")
         pk = _prompt_keys(prompt_keys, n)
         inv = _group_index(_host(batch.group_ids))
-        rows = _arena_rows(batch)
+        rows = encode_rows(
+            _host(batch.prompt_ids), _host(batch.prompt_mask), _host(batch.completion_ids), _host(batch.completion_mask),
+            _host(batch.behaviour_logps, torch.float32),
+            _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None,
+        )
         columns = {
             "birth_step": np.full(n, step, np.int64),
             "advantage": adv,
@@ -206,40 +210,17 @@ class ReplayBuffer:
 
     def gather(self, slots: np.ndarray) -> RolloutBatch:
         """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
-        the longest among these rows): one row gather per arena, no per-row work. Token fields come out in
-        the stored, narrow form (int32 ids, bool masks; see rollout.py): widening them here would double
-        the bytes written, and every consumer accepts them."""
-        st = self.storage
-        slots = np.asarray(slots, dtype=np.int64)
-        n = len(slots)
-        plen, clen = st.col("prompt_len")[slots], st.col("comp_len")[slots]
-        P = int(plen.max()) if n else 0
-        C = int(clen.max()) if n else 0
-        Wp = st.prompt_ids.shape[1]
-        arena = st.arena
-
-        def rows(a: np.ndarray, lo: int, hi: int) -> torch.Tensor:
-            # One copy of the needed columns of these rows (numpy's row gather beats torch.index_select on a
-            # column slice, which is not contiguous).
-            return torch.from_numpy(a[slots, lo:hi])
-
-        col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
+        the longest among these rows; `RolloutStorage.rows`). Token fields come out in the stored, narrow
+        form (int32 ids, bool masks; see rollout.py): widening them here would double the bytes written, and
+        every consumer accepts them."""
+        fields = self.storage.rows(np.asarray(slots, dtype=np.int64))
         # Built field by field with the shapes right by construction: RolloutBatch's checks are skipped.
-        return _unchecked(dict(
-            prompt_ids=rows(st.prompt_ids, Wp - P, Wp),
-            prompt_mask=torch.from_numpy(prefix_rows(plen, P, right=True)),
-            completion_ids=rows(arena["comp_ids"], 0, C),
-            completion_mask=torch.from_numpy(st.masks(slots, C)),
-            behaviour_logps=rows(arena["logps"], 0, C),
-            advantages=col("advantage"),
-            rewards=col("reward"),
-            group_ids=col("group_key"),
-            group_std=col("group_std"),
-            birth_step=col("birth_step"),
-            is_replay=torch.ones(n, dtype=torch.bool),
-            ref_logps=rows(arena["ref"], 0, C) if st.has_ref and n else None,
-            buffer_seq=col("seq"),
-        ))
+        batch = {}
+        for k, v in fields.items():  # is_replay after birth_step: the field order every replay batch has
+            batch[k] = torch.from_numpy(v) if v is not None else None
+            if k == "birth_step":
+                batch["is_replay"] = torch.ones(len(slots), dtype=torch.bool)
+        return _unchecked(batch)
 
     # --- diagnostics --------------------------------------------------------------------------------
     def stats(self, step: int) -> dict[str, Any]:
@@ -315,48 +296,6 @@ class ReplayBuffer:
         buf = cls(config)
         buf._load_validated(state, where)
         return buf
-
-
-class _ArenaRows(NamedTuple):
-    """A fresh batch as arena input (see `_arena_rows`)."""
-
-    prompt_ids: np.ndarray  # (n, P') any integer dtype, real tokens right-aligned, P' the longest prompt
-    prompt_mask: np.ndarray  # (n, P') bool: the real tokens (RolloutStorage.add zeroes the rest)
-    prompt_len: np.ndarray  # (n,) int64
-    comp_len: np.ndarray  # (n,) int64, last counted completion position + 1
-    completion: dict[str, Optional[np.ndarray]]  # comp_ids, mask (packed or None), logps, ref: for RolloutStorage.add
-
-
-def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
-    """A fresh batch as arena input, numpy views of the batch (no copy) where it can. The completion mask
-    is packed to bits unless every row's mask is a prefix (then None: the storage rebuilds it from
-    comp_len); prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
-    zeros are squeezed out, as before)."""
-    pm = _host(batch.prompt_mask)
-    pm = pm if pm.dtype == np.bool_ else pm != 0
-    pid = _host(batch.prompt_ids)
-    n, P = pm.shape
-    # Left-padded with one contiguous run of real tokens in every row iff the count of real tokens equals
-    # the sum over rows of P - (first real position): one early-stopping search and one flat count.
-    first = np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
-    plen = np.where(pm[np.arange(n), first], P - first, 0) if P else first
-    if np.count_nonzero(pm) != int(plen.sum()):  # rare: move real tokens to the right, in order
-        plen = np.count_nonzero(pm, axis=1).astype(np.int64)
-        order = np.argsort(pm, axis=1, kind="stable")
-        pid, pm = np.take_along_axis(pid, order, 1), prefix_rows(plen, P, right=True)
-    Pw = int(plen.max()) if n else 0
-    cm = _host(batch.completion_mask)
-    cm = cm if cm.dtype == np.bool_ else cm != 0
-    packed, comp_len = None, prefix_lengths(cm)
-    if comp_len is None:
-        packed, comp_len = pack_mask(cm)
-    completion = {
-        "comp_ids": _host(batch.completion_ids),
-        "mask": packed,
-        "logps": _host(batch.behaviour_logps, torch.float32),
-        "ref": _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None,
-    }
-    return _ArenaRows(pid[:, P - Pw :], pm[:, P - Pw :], plen.astype(np.int64, copy=False), comp_len, completion)
 
 
 def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:

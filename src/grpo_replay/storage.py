@@ -31,6 +31,13 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
+from .padding import (EncodedRows, RowWriter, encode_rows, pack_mask, packed_width, prefix_lengths, prefix_rows, repad,
+                      resize_rows)
+from .sumtree import SumTree
+
+__all__ = ["COLUMNS", "SAVED_COLUMNS", "EncodedRows", "RolloutStorage", "StoredRow", "SumTree", "encode_rows",
+           "pack_mask", "prefix_lengths", "prefix_rows"]
+
 # name -> dtype of the scalar columns kept per slot
 COLUMNS: dict[str, Any] = {
     "birth_step": np.int64,
@@ -63,63 +70,6 @@ class StoredRow(NamedTuple):
     logps: np.ndarray  # float32 behaviour log-probs
     mask: np.ndarray  # bool completion mask
     ref: Optional[np.ndarray]  # float32 reference log-probs, None when the rows carry none
-
-
-class SumTree:
-    """Complete binary tree of partial sums over `n` leaves (float64); node i = node 2i + node 2i+1."""
-
-    def __init__(self, n: int):
-        self.cap = 1 << max(0, int(n - 1).bit_length())
-        self.t = np.zeros(2 * self.cap, dtype=np.float64)
-
-    @property
-    def total(self) -> float:
-        return float(self.t[1])
-
-    def rebuild(self, leaves: np.ndarray, keep: Optional[np.ndarray] = None) -> None:
-        """Fill a new tree (all zeros) from its first len(leaves) leaves (0 where `keep`, bool, is False).
-        Only those leaves and the nodes above them are written, in place: the rest stays 0, and the memory of
-        a tree larger than its leaves is never touched."""
-        n = len(leaves)
-        self.t[self.cap : self.cap + n] = leaves
-        if keep is not None:
-            np.copyto(self.t[self.cap : self.cap + n], 0.0, where=~keep)
-        lo, hi = self.cap, self.cap + max(n, 1)
-        while lo > 1:
-            lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
-            np.add(self.t[2 * lo : 2 * hi : 2], self.t[2 * lo + 1 : 2 * hi : 2], out=self.t[lo:hi])
-
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves idx (unique) to values and recompute their ancestors (each parent from its children,
-        so the tree never accumulates rounding drift and equals a rebuild exactly)."""
-        if len(idx) == 0:
-            return
-        idx = np.asarray(idx, dtype=np.int64)
-        lo, hi = int(idx.min()), int(idx.max()) + 1
-        if hi - lo == len(idx):  # a contiguous range (the usual case): ancestors are ranges too
-            self.t[self.cap + lo : self.cap + hi][idx - lo] = values
-            lo, hi = lo + self.cap, hi + self.cap
-            while lo > 1:
-                lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
-                self.t[lo:hi] = self.t[2 * lo : 2 * hi : 2] + self.t[2 * lo + 1 : 2 * hi : 2]
-            return
-        i = np.sort(idx) + self.cap
-        self.t[i] = np.asarray(values, dtype=np.float64)[np.argsort(idx, kind="stable")]
-        while i[0] > 1:
-            i = i >> 1
-            i = i[np.concatenate(([True], i[1:] != i[:-1]))]
-            self.t[i] = self.t[2 * i] + self.t[2 * i + 1]
-
-    def find(self, u: np.ndarray) -> np.ndarray:
-        """Leaf index of each prefix-sum target u in [0, total): the first leaf whose cumulative sum exceeds u."""
-        i = np.ones(len(u), dtype=np.int64)
-        u = np.array(u, dtype=np.float64)
-        while self.cap > 1 and i[0] < self.cap:
-            left = self.t[2 * i]
-            right = u >= left
-            u -= np.where(right, left, 0.0)
-            i = 2 * i + right
-        return i - self.cap
 
 
 class RolloutStorage:
@@ -270,8 +220,8 @@ class RolloutStorage:
             cols[k][:old] = a
         valid[:old], dense[:old] = self.valid, self.dense
         self._cols, self.valid, self.dense = cols, valid, dense
-        self.prompt_ids = _resize_rows(self.prompt_ids, new)
-        self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
+        self.prompt_ids = resize_rows(self.prompt_ids, new)
+        self.arena = {k: resize_rows(a, new) for k, a in self.arena.items()}
         free = np.zeros(new, np.int64)
         free[: self._n_free] = self._free[: self._n_free]
         free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
@@ -287,7 +237,7 @@ class RolloutStorage:
             self.prompt_ids = new
         self.width = max(self.width, comp_width)
         for k, a in self.arena.items():
-            W = _packed(comp_width) if k == "mask" else comp_width
+            W = packed_width(comp_width) if k == "mask" else comp_width
             if W > a.shape[1] and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
                 new = np.zeros((self.slots, W), a.dtype)
                 new[:, : a.shape[1]] = a
@@ -322,7 +272,7 @@ class RolloutStorage:
         self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
         self._n_free -= n
         slots = self._free[self._n_free : self._n_free + n][::-1].copy()
-        rows = _Rows(slots)
+        rows = RowWriter(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
         if not dense:
@@ -370,10 +320,39 @@ class RolloutStorage:
         clen, dense = self._cols["comp_len"][slots], self.dense[slots]
         if dense.all():
             return prefix_rows(clen, width)
-        out = np.unpackbits(self.arena["mask"][slots, : _packed(width)], axis=1, count=width).view(np.bool_)
+        out = np.unpackbits(self.arena["mask"][slots, : packed_width(width)], axis=1, count=width).view(np.bool_)
         if dense.any():
             out[dense] = prefix_rows(clen[dense], width)
         return out
+
+    def rows(self, slots: np.ndarray) -> dict[str, Optional[np.ndarray]]:
+        """The rows at `slots` (int64) as padded arrays keyed by `RolloutBatch` field (all but is_replay):
+        prompt_ids (n, P) int32 and prompt_mask (n, P) bool left-padded, completion_ids (n, C) int32,
+        completion_mask (n, C) bool, behaviour_logps and ref_logps (n, C) float32 (ref_logps None without
+        reference log-probs) right-padded, P and C the longest among these rows; one row gather per arena,
+        no per-row work; then the scalar columns (n,) (advantages, rewards, group_ids, group_std,
+        birth_step, buffer_seq)."""
+        n = len(slots)
+        plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
+        P = int(plen.max()) if n else 0
+        C = int(clen.max()) if n else 0
+        Wp, a = self.prompt_ids.shape[1], self.arena
+        col = self._cols
+        # numpy's row gather of a column range (one copy) beats torch.index_select on a column slice
+        return {
+            "prompt_ids": self.prompt_ids[slots, Wp - P : Wp],
+            "prompt_mask": prefix_rows(plen, P, right=True),
+            "completion_ids": a["comp_ids"][slots, :C],
+            "completion_mask": self.masks(slots, C),
+            "behaviour_logps": a["logps"][slots, :C],
+            "advantages": col["advantage"][slots],
+            "rewards": col["reward"][slots],
+            "group_ids": col["group_key"][slots],
+            "group_std": col["group_std"][slots],
+            "birth_step": col["birth_step"][slots],
+            "ref_logps": a["ref"][slots, :C] if self.has_ref and n else None,
+            "buffer_seq": col["seq"][slots],
+        }
 
     def tokens(self, slot: int) -> StoredRow:
         """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
@@ -454,11 +433,11 @@ class RolloutStorage:
         P = int(plen.max()) if len(plen) else 0
         C = int(clen.max()) if len(clen) else 0
         # Saved widths (format 5 on) restore the arenas as allocated; older files: the widest stored row.
-        widths = state.get("widths") or {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": _packed(C),
+        widths = state.get("widths") or {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": packed_width(C),
                                           "ref": C if state["has_ref"] else 0}
         self.has_ref = bool(state["has_ref"]) if self._count else None
         self.prompt_ids = np.zeros((n_slots, widths["prompt_ids"]), np.int32)
-        self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
+        self.prompt_ids[slots] = repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
         self.width = widths["comp_ids"]
         self.arena = {}
         for k, dt in COMPLETION_FIELDS.items():
@@ -466,118 +445,13 @@ class RolloutStorage:
             if k == "ref" and not self.has_ref:
                 continue
             if k == "mask":
-                m = _repad(state[k], clen, C, np.bool_, left=False)
-                self.arena[k][slots, : _packed(C)] = np.packbits(m, axis=1)
+                m = repad(state[k], clen, C, np.bool_, left=False)
+                self.arena[k][slots, : packed_width(C)] = np.packbits(m, axis=1)
                 self.dense[slots] = np.count_nonzero(m, axis=1) == clen
             else:
-                self.arena[k][slots] = _repad(state[k], clen, widths[k], dt, left=False)
+                self.arena[k][slots] = repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
         self._rebuild_births()
-
-
-class _Rows:
-    """Writes n rows into arenas at `slots`: through a view when the slots are one ascending run (the usual
-    case with LIFO reuse), else through one block per arena. One copy per arena (cast on the copy, only
-    the batch's own width), the rest of each row zeroed; no per-row work."""
-
-    def __init__(self, slots: np.ndarray):
-        self.slots, self.n = slots, len(slots)
-        self.lo = int(slots[0]) if self.n else 0
-        self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool((np.diff(slots) == 1).all())
-
-    def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False, keep: Optional[np.ndarray] = None) -> None:
-        """`keep` (bool, src's shape): write 0 where it is False (a multiply: the zeroing costs no extra pass)."""
-        W, w = arena.shape[1], src.shape[1]
-        dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
-        if left:  # right-aligned
-            if W > w:
-                dst[:, : W - w] = 0
-            if keep is None:
-                dst[:, W - w :] = src
-            else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
-                np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
-        else:
-            dst[:, :w] = src
-            if W > w:
-                dst[:, w:] = 0
-        if not self.run:
-            arena[self.slots] = dst
-
-
-def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
-    when it is nonzero; a row's length is its last counted position + 1."""
-    mask = np.asarray(mask)
-    packed = np.packbits(mask if mask.dtype == np.bool_ else mask != 0, axis=1)  # a bool mask packs as it is
-    return packed, _packed_lengths(packed, mask.shape[1])
-
-
-def prefix_lengths(mask: np.ndarray) -> Optional[np.ndarray]:
-    """(n,) int64 lengths of an (n, C) bool mask whose every row is True exactly at its first positions,
-    else None. Two cheap passes (a first-False search that stops early, one flat count) instead of packing."""
-    n, C = mask.shape
-    if n == 0 or C == 0:
-        return np.zeros(n, np.int64)
-    first_false = np.argmin(mask, axis=1)  # 0 also when a row is all True
-    lengths = np.where((first_false == 0) & mask[:, 0], C, first_false)
-    # A row holds at least its prefix's Trues: equal totals mean no row has a True past its prefix.
-    return lengths if np.count_nonzero(mask) == int(lengths.sum()) else None
-
-
-def prefix_rows(lengths: np.ndarray, width: int, right: bool = False) -> np.ndarray:
-    """(len(lengths), width) bool: row i True at its first lengths[i] positions (its last, if `right`).
-
-    A row gather from a read-only "staircase" view (row k: k Trues) of one cached array: a copy per row,
-    where a broadcast comparison costs several times more."""
-    global _STAIR
-    if width == 0:
-        return np.zeros((len(lengths), 0), bool)
-    base = _STAIR  # one read: another thread may replace it
-    W = len(base) // 3
-    if width > W:
-        W = max(width, 2 * W)
-        base = np.ones(3 * W, bool)
-        base[W : 2 * W] = False
-        base.flags.writeable = False
-        _STAIR = base
-    # _STAIR: W Trues, W Falses, W Trues. Row k starts at W - k (left: k Trues, then Falses) or at
-    # 2W - width + k (right: width - k Falses, then k Trues); rows are read forwards, so each is one memcpy.
-    offset, row_step = (W, -1) if not right else (2 * W - width, 1)
-    stair = np.ndarray((width + 1, width), bool, buffer=base, offset=offset, strides=(row_step, 1))
-    return stair[np.minimum(lengths, width)]
-
-
-_STAIR = np.zeros(0, bool)
-
-
-def _packed(width: int) -> int:
-    """Bytes of a packed mask row of `width` positions."""
-    return (width + 7) // 8
-
-
-# _LAST_BIT[b]: 1 + the position (0 = high bit) of the last set bit of byte b; 0 for b = 0
-_LAST_BIT = np.array([0] + [8 - ((b & -b).bit_length() - 1) for b in range(1, 256)], dtype=np.int64)
-
-
-def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
-    """(n,) int64: last set position + 1 of each packed mask row (0 for an all-zero row).
-
-    Searched a word (8 bytes) at a time: the last nonzero word of each row, then its last nonzero byte,
-    then that byte's last set bit; a byte-wise search costs as much as packing the mask."""
-    n, nb = packed.shape
-    if n == 0 or width == 0 or nb == 0:
-        return np.zeros(n, np.int64)
-    nw = -(-nb // 8)
-    if nb % 8 or not packed.flags.c_contiguous:
-        padded = np.zeros((n, 8 * nw), np.uint8)
-        padded[:, :nb] = packed
-        packed = padded
-    rows = np.arange(n)
-    nz = packed.view(np.uint64)[:, ::-1] != 0  # (n, nw), reversed: argmax finds the last nonzero word
-    word = nw - 1 - np.argmax(nz, axis=1)
-    last8 = packed.reshape(n, nw, 8)[rows, word]  # (n, 8) bytes of that word, in position order
-    byte = 7 - np.argmax(last8[:, ::-1] != 0, axis=1)
-    return np.where(nz.any(1), 8 * (8 * word + byte) + _LAST_BIT[last8[rows, byte]], 0)
 
 
 def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -595,15 +469,3 @@ def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray
     return views, valid, dense
 
 
-def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
-    out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
-    out[: len(a)] = a
-    return out
-
-
-def _repad(flat: np.ndarray, lengths: np.ndarray, width: int, dtype, left: bool) -> np.ndarray:
-    """(len(lengths), width) array with each row's tokens from the concatenation `flat`, padded with zeros."""
-    keep = prefix_rows(lengths, width, right=left)
-    out = np.zeros(keep.shape, dtype)
-    out[keep] = np.asarray(flat, dtype)
-    return out
