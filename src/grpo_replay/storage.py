@@ -34,6 +34,7 @@ import numpy as np
 from .padding import (EncodedRows, RowWriter, encode_rows, pack_mask, packed_width, prefix_lengths, prefix_rows, repad,
                       resize_rows)
 from .sumtree import SumTree
+from .sumtree import capacity as tree_capacity
 
 __all__ = ["COLUMNS", "SAVED_COLUMNS", "EncodedRows", "RolloutStorage", "StoredRow", "SumTree", "encode_rows",
            "pack_mask", "prefix_lengths", "prefix_rows"]
@@ -76,11 +77,12 @@ class RolloutStorage:
     """Stored rollouts, one slot each: scalar columns (`COLUMNS`), token arenas and a sum tree of weights.
 
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
-    unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
-    right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
-    left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
-    first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
-    and 0 otherwise (the leaves of slots in `_changed`, and their ancestors, may lag until then); every
+    unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has
+    `prompt_len` real prompt tokens right-aligned in `prompt_ids` and `comp_len` completion positions (up to
+    its last counted token) left-aligned in the completion arenas, its mask packed in the mask arena unless
+    `dense[s]` (mask = the first comp_len positions); the weight column is the sum tree's leaves, 0 for a
+    free slot, and the tree that `tree` returns sums them (the ancestors of the slots in `_changed` lag
+    until then); every
     occupied slot is in the entry of `_born` with its birth step (entries sorted by birth step; an entry
     may also list slots freed or refilled since, which `born_before` tells apart by their birth step);
     `has_ref` says whether the stored rows carry reference log-probs (None when empty), and all stored rows
@@ -88,8 +90,8 @@ class RolloutStorage:
     """
 
     def __init__(self, initial_slots: int = 1024):
-        self._cols, self.valid, self.dense = _slot_columns(initial_slots)
-        self._free = np.arange(initial_slots - 1, -1, -1, dtype=np.int64)  # the top (the end) is slot 0
+        self._cols, self.valid, self.dense, self._free, tree = _slot_columns(initial_slots)
+        self._free[:] = np.arange(initial_slots - 1, -1, -1)  # the top (the end) is slot 0
         self._n_free = initial_slots
         self._count = 0
         self._seq = 0
@@ -97,7 +99,7 @@ class RolloutStorage:
         self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
         self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
-        self._tree = SumTree(initial_slots)
+        self._tree = SumTree(initial_slots, tree)
         self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
         self._n_changed = 0
         self._born: list[tuple[int, Any]] = []  # (birth step, a slice or int32 slots) per insert, by birth step
@@ -183,7 +185,7 @@ class RolloutStorage:
             parts = [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in self._changed]
             idx = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
             self._changed, self._n_changed = [], 0
-            self._tree.set(idx, np.where(self.valid[idx], self._cols["weight"][idx], 0.0))
+            self._tree.refresh(idx)  # the leaves are the weight column, up to date already
         return self._tree
 
     def _mark_changed(self, slots) -> None:
@@ -198,7 +200,6 @@ class RolloutStorage:
             self._changed.append(slots)
 
     def _rebuild_tree(self) -> None:
-        self._tree = SumTree(self.slots)
         self._tree.rebuild(self._cols["weight"], keep=self.valid)
         self._changed, self._n_changed = [], 0
 
@@ -213,7 +214,7 @@ class RolloutStorage:
     def _grow(self, needed: int) -> None:
         old = self.slots
         new = max(old + old // 4, needed, 1)  # geometric (amortised O(1) a row), 25 % slack at most
-        cols, valid, dense = _slot_columns(new)
+        cols, valid, dense, free, tree = _slot_columns(new)
         for k, a in self._cols.items():
             if k in _LAZY_COLUMNS:
                 cols[k] = np.full(new, _LAZY_COLUMNS[k], a.dtype)
@@ -222,10 +223,10 @@ class RolloutStorage:
         self._cols, self.valid, self.dense = cols, valid, dense
         self.prompt_ids = resize_rows(self.prompt_ids, new)
         self.arena = {k: resize_rows(a, new) for k, a in self.arena.items()}
-        free = np.zeros(new, np.int64)
         free[: self._n_free] = self._free[: self._n_free]
         free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
         self._free, self._n_free = free, self._n_free + new - old
+        self._tree = SumTree(new, tree)
         self._rebuild_tree()
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
@@ -304,6 +305,7 @@ class RolloutStorage:
         if not self.valid[slots].all():
             raise KeyError("RolloutStorage.remove: slot not occupied")
         self.valid[slots] = False
+        self._cols["weight"][slots] = 0.0  # a free slot's leaf
         # Arena rows are left as they are: add overwrites a row's whole width before it is read again.
         # Reverse so that the lowest freed slot is reused first, keeping the layout compact and deterministic.
         self._free[self._n_free : self._n_free + len(slots)] = np.sort(slots)[::-1]
@@ -368,9 +370,10 @@ class RolloutStorage:
         )
 
     def nbytes(self) -> int:
-        """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
-        rows carry reference log-probs) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, *self.arena.values()]
+        """Bytes held: columns, the free-slot stack, arenas (every allocated slot at the arena's width; the ref
+        arena only once rows carry reference log-probs) and the sum tree."""
+        cols = [a for k, a in self._cols.items() if k != "weight"]  # the weights are the tree's leaves
+        arrays = [*cols, self.valid, self.dense, self._free, self.prompt_ids, self._tree.t, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -412,7 +415,8 @@ class RolloutStorage:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from `state_dict` output; the caller (ReplayBuffer.load) has validated it."""
         n_slots = len(state["valid"])
-        self._cols, self.valid, self.dense = _slot_columns(n_slots)
+        self._cols, self.valid, self.dense, self._free, tree = _slot_columns(n_slots)
+        self._tree = SumTree(n_slots, tree)
         self.valid[:] = state["valid"]
         for k, dt in SAVED_COLUMNS.items():
             v = np.where(self.valid, np.asarray(state[f"col.{k}"]), 0)
@@ -420,7 +424,6 @@ class RolloutStorage:
                 self._cols[k][:] = v
             elif (v[self.valid] != _LAZY_COLUMNS[k]).any():
                 self.col(k)[:] = np.where(self.valid, v, _LAZY_COLUMNS[k])
-        self._free = np.zeros(n_slots, np.int64)
         self._n_free = len(state["free"])
         self._free[: self._n_free] = state["free"]
         self._count = int(state["count"])
@@ -454,18 +457,21 @@ class RolloutStorage:
         self._rebuild_births()
 
 
-def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """(the eager `COLUMNS`, valid, dense) for n slots, zeros, as views into one allocation: large, so the
-    allocator maps it on its own and returns it to the system whole when the storage grows past it."""
-    kinds = [(k, np.dtype(dt)) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS]
-    kinds += [("valid", np.dtype(bool)), ("dense", np.dtype(bool))]
-    kinds.sort(key=lambda kd: -kd[1].itemsize)  # widest first: every view stays aligned
-    block = np.zeros(sum(dt.itemsize for _, dt in kinds) * n, np.uint8)
+def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the eager `COLUMNS`, valid, dense, the free-slot stack (int64), the sum tree's nodes, whose leaves are
+    the weight column) for n slots, zeros, as views into one allocation: large, so the allocator maps it on its own and returns it to the
+    system whole when the storage grows past it (separate arrays of a few MB each would stay in its heap)."""
+    kinds = [(k, np.dtype(dt), n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
+    kinds += [("free", np.dtype(np.int64), n), ("tree", np.dtype(np.float64), 2 * tree_capacity(n)),
+              ("valid", np.dtype(bool), n), ("dense", np.dtype(bool), n)]
+    kinds.sort(key=lambda k: -k[1].itemsize)  # widest first: every view stays aligned
+    block = np.zeros(sum(dt.itemsize * m for _, dt, m in kinds), np.uint8)
     views, at = {}, 0
-    for k, dt in kinds:
-        views[k] = block[at : at + dt.itemsize * n].view(dt)
-        at += dt.itemsize * n
-    valid, dense = views.pop("valid"), views.pop("dense")
-    return views, valid, dense
+    for k, dt, m in kinds:
+        views[k] = block[at : at + dt.itemsize * m].view(dt)
+        at += dt.itemsize * m
+    tree = views.pop("tree")
+    views["weight"] = tree[tree_capacity(n) : tree_capacity(n) + n]  # the tree's leaves are the weight column
+    return views, views.pop("valid"), views.pop("dense"), views.pop("free"), tree
 
 

@@ -242,15 +242,15 @@ def test_born_before_equals_a_scan_of_every_row_and_reads_only_the_oldest_entrie
 
 
 def test_a_draw_updates_only_the_tree_leaves_that_changed(monkeypatch):
-    """Between two reads of the tree, adds and removes are recorded, and the read sets exactly those leaves
-    (a slot freed and refilled once); the tree still equals a rebuild."""
+    """Between two reads of the tree, adds and removes are recorded, and the read refreshes the sums above
+    exactly those leaves (a slot freed and refilled once); the tree still equals a rebuild."""
     rng = np.random.default_rng(1)
     st = RolloutStorage(initial_slots=4096)
     _add_born(st, rng, np.zeros(3000, np.int64))
     st.tree  # noqa: B018  (brought up to date)
     seen = []
-    real_set = SumTree.set
-    monkeypatch.setattr(SumTree, "set", lambda self, idx, v: (seen.append(np.asarray(idx).copy()), real_set(self, idx, v)))
+    real_refresh = SumTree.refresh
+    monkeypatch.setattr(SumTree, "refresh", lambda self, idx: (seen.append(np.asarray(idx).copy()), real_refresh(self, idx)))
     gone = st.born_before(1)[:256]
     st.remove(gone)
     new = _add_born(st, rng, np.ones(256, np.int64))
