@@ -272,7 +272,7 @@ class RolloutStorage:
             self._grow(self._count + n)
         self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
         self._n_free -= n
-        slots = self._free[self._n_free : self._n_free + n][::-1].copy()
+        slots = self._free[self._n_free : self._n_free + n][::-1].astype(np.int64)
         rows = RowWriter(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
@@ -396,7 +396,7 @@ class RolloutStorage:
         }
         state.update(
             valid=self.valid.copy(),
-            free=self._free[: self._n_free].copy(),
+            free=self._free[: self._n_free].astype(np.int64),
             count=self._count,
             seq=self._seq,
             prompt_len=plen.astype(np.int64),
@@ -458,11 +458,11 @@ class RolloutStorage:
 
 
 def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(the eager `COLUMNS`, valid, dense, the free-slot stack (int64), the sum tree's nodes, whose leaves are
+    """(the eager `COLUMNS`, valid, dense, the free-slot stack (int32), the sum tree's nodes, whose leaves are
     the weight column) for n slots, zeros, as views into one allocation: large, so the allocator maps it on its own and returns it to the
     system whole when the storage grows past it (separate arrays of a few MB each would stay in its heap)."""
     kinds = [(k, np.dtype(dt), n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
-    kinds += [("free", np.dtype(np.int64), n), ("tree", np.dtype(np.float64), 2 * tree_capacity(n)),
+    kinds += [("free", np.dtype(np.int32), n), ("tree", np.dtype(np.float64), 2 * tree_capacity(n)),
               ("valid", np.dtype(bool), n), ("dense", np.dtype(bool), n)]
     kinds.sort(key=lambda k: -k[1].itemsize)  # widest first: every view stays aligned
     block = np.zeros(sum(dt.itemsize * m for _, dt, m in kinds), np.uint8)
