@@ -110,13 +110,17 @@ class ReplayBuffer:
         }
         weight = np.asarray(self._priority(columns, self.config), dtype=np.float64)
         # min >= 0 fails for NaN too, max < inf for inf: two reductions, no temporary
-        if weight.shape != (n,) or not (weight.min() >= 0 and weight.max() < np.inf):
+        if weight.shape != (n,) or not (np.minimum.reduce(weight) >= 0 and np.maximum.reduce(weight) < np.inf):
             raise ValueError(
                 f"ReplayBuffer.add: priority {self.config.priority!r} must give {n} finite weights >= 0, "
                 f"got shape {weight.shape}"
             )
         # Everything is checked: from here on the buffer changes.
-        self.storage.add({**columns, "weight": weight}, rows.prompt_ids, rows.completion, rows.prompt_mask)
+        # The storage takes one birth step as it is, and no prompt keys when there are none (all -1).
+        stored = {**columns, "birth_step": step, "weight": weight}
+        if prompt_keys is None:
+            del stored["prompt_key"]
+        self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._next_group += int(inv.max()) + 1
         self._see(step)
         self.totals.added += n
@@ -303,13 +307,16 @@ def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
     included): a view of a CPU tensor (no copy) where it can."""
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
-    return t.numpy() if t.device.type == "cpu" and not t.requires_grad else t.detach().cpu().numpy()
+    try:
+        return t.numpy()  # refused for a tensor on another device or one that requires grad
+    except (RuntimeError, TypeError):
+        return t.detach().cpu().numpy()
 
 
 def _finite(a: np.ndarray) -> bool:
     """True if every entry is finite: a NaN or inf makes the sum non-finite, and a float64 sum of float32
     values cannot overflow."""
-    return bool(np.isfinite(a.sum(dtype=np.float64)))
+    return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))
 
 
 def _step_arg(step: Any, where: str) -> int:

@@ -143,10 +143,15 @@ class RolloutStorage:
         keep = self.valid[at] & (self._cols["birth_step"][at] == birth)
         return np.flatnonzero(keep) + at.start if isinstance(at, slice) else at[keep].astype(np.int64)
 
-    def _file_births(self, at, births: np.ndarray) -> None:
+    def _file_births(self, at, births) -> None:
         """List new rows in `_born`: one entry per birth step among them (a slice when their slots are one
-        ascending run, as usual: no memory per row), each in its place by birth step."""
-        lo, hi = int(births.min()), int(births.max())
+        ascending run, as usual: no memory per row), each in its place by birth step. `births`: the rows'
+        birth steps, or one int for all."""
+        if isinstance(births, (int, np.integer)):
+            lo = hi = int(births)
+        else:
+            births = np.asarray(births)
+            lo, hi = int(births.min()), int(births.max())
         if lo == hi:
             groups = [(lo, at if isinstance(at, slice) else at.astype(np.int32))]
         else:
@@ -253,8 +258,9 @@ class RolloutStorage:
     ) -> np.ndarray:
         """Store n rows; returns their slots.
 
-        `scalars` maps every column except seq and uses (0 for a new row) to an array of length n; `prompt_ids` (n, P) of any integer
-        dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
+        `scalars` maps every column except seq and uses (0 for a new row) to an array of length n, or to one
+        value for all (birth_step: an int); prompt_key may be left out (-1 for every row). `prompt_ids`
+        (n, P) of any integer dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
         given: positions where it is False are then stored as 0. `completion` maps comp_ids, logps and ref
         (None when the rows carry no reference log-probs) to right-padded (n, C) arrays of any dtype, cast on
         the copy, and mask to the packed mask of `pack_mask`, or to None when every row's mask is its first
@@ -288,14 +294,15 @@ class RolloutStorage:
             elif (np.asarray(arr) != _LAZY_COLUMNS[k]).any():  # a lazy column's first non-default value
                 self.col(k)[at] = arr
         self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
-        if "uses" in self._cols:
-            self._cols["uses"][at] = 0
+        for k, default in _LAZY_COLUMNS.items():  # allocated, not given: the default (uses: 0 for a new row)
+            if k in self._cols and k not in scalars:
+                self._cols[k][at] = default
         self._seq += n
         self.valid[at] = True
         self.dense[at] = dense
         self._count += n
         self._mark_changed(at)
-        self._file_births(at, self._cols["birth_step"][at])
+        self._file_births(at, scalars["birth_step"])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
