@@ -14,15 +14,18 @@ and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed 
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
-A sum tree over the slots' sampling weights (0 for free slots) lets the sampler draw in O(k log N) instead
-of touching every stored weight. It is brought up to date when read (`tree`): add and remove only record
-their slots, so a read updates just the slots changed since the last one (a slot freed and refilled in
-between once), and nothing is updated while the sampler does not use the tree (below its size threshold).
+A sum tree over the slots' sampling weights lets the sampler draw in O(k log N) instead of touching every
+stored weight; its leaves are the weight column (0 for a free slot), so the weights are kept once. Its sums are
+brought up to date when read (`tree`): add and remove only record their slots, so a read recomputes just the
+sums above the leaves changed since the last one (a slot freed and refilled in between once), and nothing is
+recomputed while the sampler does not use the tree (below its size threshold).
 
 Rows are also listed by birth step (one entry per insert, in birth order: rows arrive in it, a late one is
-filed in its place), so age eviction reads only the rows it evicts. The scalar columns of a slot live in one
-allocation, so growing the storage hands the old one back to the system whole; the columns that hold a
-default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated on first use.
+filed in its place), so age eviction reads only the rows it evicts. The scalar columns, the free-slot stack and
+the tree live in one allocation, so growing the storage hands the old one back to the system whole; the columns
+that hold a default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated
+on first use. `encode_rows` (padding.py) turns a fresh batch's arrays into `add`'s input, and `rows` gives
+padded rows back for slots: only this module and padding.py know the arenas.
 """
 from __future__ import annotations
 
