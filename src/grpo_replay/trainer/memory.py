@@ -7,7 +7,8 @@ sequence length (prompts make it larger still):
   - generation: the KV cache of every generated row, rows x layers x 2 x C x kv_width values of the model's dtype;
   - the update: the logits of one forward pass (a micro-batch, or without micro_batch_size one segment of the
     composed batch: the fresh rows, then the replay rows), rows x C x vocabulary values in the model's dtype and
-    again as float32, plus one activation per layer and token kept for the backward pass.
+    again as float32, at most one chunk of `logprobs.token_logps` (which scores large batches a chunk of tokens at
+    a time), plus one activation per layer and token kept for the backward pass.
 It is a bound from below, so a refused setting cannot fit; an accepted one may still be too large.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Optional
 import torch
 
 from ..app import configio
+from .logprobs import chunk_tokens
 
 
 def _available_bytes(device: torch.device) -> Optional[int]:
@@ -46,7 +48,8 @@ def step_bytes(model_config, rows: int, update_rows: int, completion: int, elem:
     vocab = model_config.vocab_size
     return {
         "generation": rows * layers * 2 * completion * kv_width * elem,
-        "update": update_rows * completion * (vocab * (elem + 4) + layers * hidden * elem),
+        "update": (min(update_rows * completion, chunk_tokens(vocab)) * vocab * (elem + 4)
+                   + update_rows * completion * layers * hidden * elem),
     }
 
 
