@@ -19,6 +19,7 @@ import torch
 from . import Completion, Generation, SamplingParams
 from .transformers import completion_mask, decode, encode_prompts, narrow
 
+GPU_SHARE = 0.3  # the colocated engine's gpu_memory_utilization: weights, activations and AdamW keep the rest
 INSTALL_HINT = ("pip install -e '.[vllm]' in a grpo-replay checkout (vLLM 0.22-0.31, the range TRL 1.16 supports; "
                 "GPU only)")
 
@@ -35,7 +36,7 @@ class VLLMGenerator:
         self.policy, self.seed, self._calls = policy, sample_seed, 0
 
     @classmethod
-    def colocated(cls, policy, tokenizer, max_model_len: int, seed: int, gpu_memory_utilization: float = 0.3,
+    def colocated(cls, policy, tokenizer, max_model_len: int, seed: int, gpu_memory_utilization: float = GPU_SHARE,
                   ) -> "VLLMGenerator":
         """An engine beside the training policy on its GPU, built from the policy's checkpoint path."""
         # A single-process "external launcher" engine shares this process's GPU and needs these set; the port is a

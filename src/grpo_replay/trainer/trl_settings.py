@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..app.configio import ConfigError
+from ..generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
 from .train_config import FIELDS, TrainConfig
 
-VLLM_GPU_SHARE = 0.3  # the GPU memory share of TRL's colocated vLLM engine: the built-in trainer's engine's
 AGGREGATION_TO_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "dr_grpo": "dr_grpo"}
 
 # key (or dotted prefix ending in '.') -> how --backend trl uses it. Also the docs' table.
