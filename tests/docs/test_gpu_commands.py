@@ -203,6 +203,30 @@ def test_gpu_smoke_is_valid_bash_and_refuses_without_a_gpu(tmp_path):
     assert bad.returncode == 2 and "unknown path 'vlm'" in bad.stderr and "allowed: testbed builtin trl verl" in bad.stderr
 
 
+def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
+    """With a GPU listed and a stand-in python (exit 0, then 1), each path gets its line and its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    py = bin_dir / "fake-python"
+    py.write_text("#!/bin/sh\necho \"ran $*\"\nexit ${FAKE_RC:-0}\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py),
+           "GPU_SMOKE_PATHS": "testbed builtin"}
+    env.pop("GPU_SMOKE_DRY_RUN", None)
+    ok = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "ok")], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=60)
+    lines = ok.stdout.splitlines()
+    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"]], ok
+    assert "grpo_replay.cli train" in (tmp_path / "ok" / "builtin.log").read_text()
+    bad = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "bad")], cwd=ROOT, env={**env, "FAKE_RC": "1"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3 and [l.split()[:2] for l in bad.stdout.splitlines()] == [["testbed", "FAILED"],
+                                                                                      ["builtin", "FAILED"]]
+    assert f"log {tmp_path / 'bad' / 'builtin.log'}" in bad.stdout
+
+
 # ------------------------------------------------------------------------------------------- install lines
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
