@@ -45,8 +45,8 @@ KEYS: dict[str, str] = {
     "torch_threads": "torch.set_num_threads (0 = 1 for the testbed, torch's default otherwise)",
     "device": "use_cpu (cpu; auto without CUDA) or not (cuda; auto with CUDA)",
     "backend": "selects this path",
-    "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization "
-                 "VLLM_GPU_SHARE); transformers is TRL's own generate",
+    "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, the "
+                 "built-in trainer's share); transformers is TRL's own generate",
     "model": "the real-model path: the policy",
     "model_file": "the real-model path: the GGUF file",
     "data": "the real-model path: the training prompts",
