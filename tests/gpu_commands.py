@@ -2,7 +2,7 @@
 
 Each `bash gpu|hub|cluster` fence of README.md, docs/*.md and examples/**/README.md runs under bash with recording
 stand-ins on PATH for the commands that would start GPU work or installs (grpo-replay, accelerate, python, pip,
-ray, bash): each writes its argv to a JSON-lines file and exits 0. `bash examples/verl/*.sh` is the exception: the
+ray, vllm, bash): each writes its argv to a JSON-lines file and exits 0. `bash examples/verl/*.sh` is the exception: the
 stand-in runs the real script, so what is recorded is the launch it makes (`python -m
 grpo_replay.integrations.verl.main <overrides>`), with the script's own variables expanded. `GPU_SMOKE_DRY_RUN=1`
 makes gpu_smoke.sh print its commands. Used by tests/docs/test_gpu_commands.py (main environment) and
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/README.md")])
 FENCE = re.compile(r"^```([A-Za-z]*)([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 GPU_TAGS = {"gpu", "hub", "cluster"}
-STUBS = ("grpo-replay", "accelerate", "python", "python3", "pip", "pip3", "ray", "bash")
+STUBS = ("grpo-replay", "accelerate", "python", "python3", "pip", "pip3", "ray", "vllm", "bash")
 VERL_SCRIPTS = "examples/verl/"
 
 _STUB = '''import json, os, sys

@@ -118,12 +118,11 @@ def _check_accelerate_launch(argv: list[str]):
     --use_cpu true, since bf16 needs a GPU to validate). Returns (accelerate config, ReplayGRPOConfig)."""
     pytest.importorskip("trl")
     from accelerate.commands.config.config_args import load_config_from_file
-    from accelerate.commands.launch import launch_command_parser
     from trl import ModelConfig, TrlParser
 
     from grpo_replay.integrations.trl import ReplayGRPOConfig
 
-    args = launch_command_parser().parse_args(argv)
+    args = launch_parser().parse_args(argv)
     acc = load_config_from_file(args.config_file)
     assert Path(args.training_script).resolve() == TRL_SCRIPT
     script = _trl_script()
@@ -132,8 +131,25 @@ def _check_accelerate_launch(argv: list[str]):
     return args, acc, training, model, script
 
 
+def _launches(records, script: Path) -> list[list[str]]:
+    """The `accelerate launch` arguments of every recorded launch of `script`."""
+    out = []
+    for r in records:
+        if r["cmd"] == "accelerate" and r["argv"][:1] == ["launch"]:
+            args = launch_parser().parse_args(r["argv"][1:])
+            if Path(args.training_script).resolve() == script:
+                out.append(r["argv"][1:])
+    return out
+
+
+def launch_parser():
+    from accelerate.commands.launch import launch_command_parser
+
+    return launch_command_parser()
+
+
 def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
-    launches = [r["argv"][1:] for r in doc_records if r["cmd"] == "accelerate" and r["argv"][:1] == ["launch"]]
+    launches = _launches(doc_records, TRL_SCRIPT)
     assert len(launches) == 2
     presets = []
     for argv in launches:
@@ -157,6 +173,21 @@ def test_every_key_of_the_trl_yaml_is_a_config_field():
               *_trl_script().ScriptArguments.__dataclass_fields__}
     keys = yaml.safe_load(TRL_YAML.read_text())
     assert len(keys) > 40 and not set(keys) - fields, set(keys) - fields
+
+
+def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
+    from grpo_replay.integrations.trl import ReplayAsyncGRPOConfig
+
+    monkeypatch.syspath_prepend(str(TRL_SCRIPT.parent))  # it imports the synchronous example's reward
+    spec = importlib.util.spec_from_file_location("train_qwen3_math_async_replay",
+                                                  TRL_SCRIPT.parent / "train_qwen3_math_async_replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    fields = {*ReplayAsyncGRPOConfig.__dataclass_fields__, *mod.AsyncScriptArguments.__dataclass_fields__}
+    keys = yaml.safe_load((TRL_SCRIPT.parent / "qwen3_0.6b_math_async_replay.yaml").read_text())
+    assert len(keys) > 20 and not set(keys) - fields, set(keys) - fields
+    assert keys["report_to"] == ["tensorboard"]
 
 
 def test_gpu_smoke_trl_command_parses(smoke):
@@ -278,13 +309,20 @@ def _imports(path: Path, all_levels: bool) -> set[str]:
 
 
 def _needed_dists(script: Path) -> set[str]:
-    """Distributions `script` imports: all of its own imports, grpo_replay's module-level imports transitively."""
+    """Distributions `script` imports: all of its own imports and its sibling modules' (examples import each
+    other), grpo_replay's module-level imports transitively."""
     dist_of = {k: v for k, v in md.packages_distributions().items()}
     todo, seen, mods = [(script, True)], set(), set()
     while todo:
         path, all_levels = todo.pop()
         for name in _imports(path, all_levels):
             top = name.split(".")[0]
+            sibling = script.parent / f"{top}.py"
+            if sibling.exists():
+                if str(sibling) not in seen:
+                    seen.add(str(sibling))
+                    todo.append((sibling, True))
+                continue
             if top == "grpo_replay":
                 spec = importlib.util.find_spec(name)
                 if spec and spec.origin and spec.origin not in seen:
@@ -296,19 +334,48 @@ def _needed_dists(script: Path) -> set[str]:
     return {_norm(dist_of.get(m, [m])[0]) for m in mods}
 
 
+def _launch_needs(argv: list[str]) -> set[str]:
+    """What an `accelerate launch` of an example needs: its script's imports, and its YAML's vLLM and trackers."""
+    args = launch_parser().parse_args(argv)
+    script_args = args.training_script_args
+    cfg = yaml.safe_load((ROOT / script_args[script_args.index("--config") + 1]).read_text())
+    return (_needed_dists((ROOT / args.training_script).resolve()) | ({"vllm"} if cfg.get("use_vllm") else set())
+            | {_norm(t) for t in cfg.get("report_to") or [] if t != "none"})
+
+
+def _extras_of(line: str) -> set[str]:
+    return set(re.search(r"\.\[([a-z,]+)\]", line).group(1).split(","))
+
+
 def test_trl_example_install_lines_name_every_extra_it_imports(doc_records):
-    cfg = yaml.safe_load(TRL_YAML.read_text())
-    need = _needed_dists(TRL_SCRIPT) | ({"vllm"} if cfg["use_vllm"] else set()) | {_norm(t) for t in cfg["report_to"]}
-    assert {"trl", "datasets", "math-verify", "vllm", "tensorboard"} <= need, need
-    readme_line = next(r["argv"] for r in doc_records if r["cmd"] == "pip" and r["source"].startswith("examples/trl"))
-    docstring_line = re.search(r"pip install -e '\.\[([a-z,]+)\]'", TRL_SCRIPT.read_text()).group(1)
-    smoke_line = re.search(r"pip install -q -e '\.\[([a-z,]+)\]'", (ROOT / "scripts/gpu_smoke.sh").read_text()).group(1)
-    lines = {"examples/trl/README.md": re.fullmatch(r"\.\[([a-z,]+)\]", readme_line[-1]).group(1),
-             "train_qwen3_math_replay.py": docstring_line, "scripts/gpu_smoke.sh": smoke_line}
-    for where, extras in lines.items():
-        missing = need - _provided(set(extras.split(",")))
-        assert not missing, f"{where}: pip install -e '.[{extras}]' lacks {missing}"
-    # The check can fail: the install line this example used to give lacks the reward's package and the tracker.
+    """Each fence that installs and launches: the extras on its pip line bring everything its launches import,
+    vLLM where it serves or generates with vLLM, and the YAML's trackers; so do the scripts' own "Needs" lines."""
+    fences: dict[str, dict] = {}
+    for r in doc_records:
+        f = fences.setdefault(r["source"], {"pip": [], "need": set()})
+        if r["cmd"] == "pip" and "-e" in r["argv"]:
+            f["pip"].append(r["argv"][-1])
+        elif r["cmd"] == "accelerate" and r["argv"][:1] == ["launch"]:
+            f["need"] |= _launch_needs(r["argv"][1:])
+        elif r["cmd"] == "vllm":
+            f["need"].add("vllm")
+    checked = {k: f for k, f in fences.items() if f["pip"] and f["need"]}
+    assert len(checked) >= 2, fences.keys()  # the colocate example and the async (server) one
+    for where, f in checked.items():
+        assert {"trl", "math-verify", "vllm"} <= f["need"], (where, f["need"])
+        for line in f["pip"]:
+            missing = f["need"] - _provided(_extras_of(line))
+            assert not missing, f"{where}: pip install -e '{line}' lacks {missing}"
+    for script in ("train_qwen3_math_replay.py", "train_qwen3_math_async_replay.py"):
+        text = (ROOT / "examples/trl" / script).read_text()
+        line = re.search(r"pip install -e '(\.\[[a-z,]+\])'", text).group(1)
+        launch = re.search(r"accelerate launch[^\n]*\\\n\s*(examples/\S+\.py --config \S+\.yaml)", text).group(1)
+        need = _launch_needs(launch.split())
+        assert not need - _provided(_extras_of(line)), f"{script}: {line} lacks {need - _provided(_extras_of(line))}"
+    smoke = re.search(r"pip install -q -e '(\.\[[a-z,]+\])'", (ROOT / "scripts/gpu_smoke.sh").read_text()).group(1)
+    need = _launch_needs([str(TRL_SCRIPT), "--config", str(TRL_YAML)])
+    assert not need - _provided(_extras_of(smoke)), f"scripts/gpu_smoke.sh: {smoke}"
+    # The check can fail: the install line these examples used to give lacks the reward's package and the tracker.
     assert {"math-verify", "tensorboard"} <= need - _provided({"trl", "vllm"})
 
 
