@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from ..app import configio
 from ..app.data import BENCHMARKS
-from .jobs import RunSpec, _gpu_device, worker_pool
+from .jobs import RunSpec, gpu_device, worker_pool
 
 PRUNED = "checkpoints_deleted.json"  # marker in <run dir>/bench/: the final checkpoint was deleted after evaluation
 EVAL_BACKENDS = ("transformers", "vllm")
@@ -218,7 +218,7 @@ def evaluate_all(specs: list[RunSpec], bs: BenchSettings, jobs: int, log=print) 
     old_omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        fresh = bs.backend == "vllm" or _gpu_device(bs.device)
+        fresh = bs.backend == "vllm" or gpu_device(bs.device)
         with worker_pool(max(1, min(jobs, len(todo))), fresh) as pool:
             futs = {pool.submit(evaluate_run, str(s.run_dir), s.seed, s.overrides, bs): s for s in todo}
             for f in as_completed(futs):

@@ -97,10 +97,10 @@ def uses_gpu(overrides: dict) -> bool:
     from ..trainer.train_config import resolve
 
     cfg = resolve(overrides)
-    return cfg.generator == "vllm" or _gpu_device(cfg.device)
+    return cfg.generator == "vllm" or gpu_device(cfg.device)
 
 
-def _gpu_device(device: str) -> bool:
+def gpu_device(device: str) -> bool:
     if device == "cpu":
         return False
     if device == "auto":
