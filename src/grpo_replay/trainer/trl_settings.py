@@ -32,6 +32,12 @@ KEYS: dict[str, str] = {
     "max_new_tokens": "max_completion_length (the completion budget)",
     "micro_batch_size": "per_device_train_batch_size (0: the whole generation batch); gradient_accumulation_steps = "
                         "steps_per_generation = rows / micro_batch_size; refused unless it divides the rows",
+    "update_epochs": "refused unless 1: TRL's num_iterations makes each reuse one of max_steps' optimizer steps, and "
+                     "TRL's save/warm-up steps and the replay ages count those too, so every step count would change "
+                     "meaning (set num_iterations on ReplayGRPOConfig through the Python API)",
+    "dynamic_sampling": "refused unless false: TRL's GRPOTrainer generates one batch per step",
+    "max_generation_rounds": "used only with dynamic_sampling (refused with backend='trl'); TrainConfig refuses a "
+                             "non-default value without it",
     "advantage_scale": "scale_rewards (group | none)",
     "eval_every": "held-out evaluation every eval_every steps (a callback), and at the start and end",
     "eval_problems": "held-out evaluation",
@@ -83,6 +89,13 @@ def check(cfg: TrainConfig) -> None:
     if cfg.micro_batch_size and rows % cfg.micro_batch_size:
         _refuse("micro_batch_size", cfg.micro_batch_size, f"0 or a divisor of prompts_per_step x group_size = {rows} "
                 "with backend='trl' (TRL's per-device batch; the generation spans rows / micro_batch_size of them)")
+    if cfg.update_epochs != 1:
+        _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
+                "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
+                "`steps` would no longer count generations; set num_iterations on ReplayGRPOConfig in Python)")
+    if cfg.dynamic_sampling:
+        _refuse("dynamic_sampling", cfg.dynamic_sampling, "false with backend='trl' (TRL's GRPOTrainer generates one "
+                "batch per step; dynamic sampling is the built-in trainer's)")
     c = cfg.loss.dual_clip_c
     if c is not None and not c > 1 + cfg.loss.eps_high:
         _refuse("loss.dual_clip_c", c, f"None or a number > 1 + loss.eps_high = {1 + cfg.loss.eps_high:g} with "
