@@ -185,9 +185,9 @@ def test_reward_scorer_abandons_a_hung_call(caplog):
 
 # --- loss --------------------------------------------------------------------------------------------------
 def _nan_loss_on(monkeypatch, bad_calls):
-    import grpo_replay.trainer.loop as loop
+    import grpo_replay.trainer.update as update  # the update calls the loss (once per micro-batch and epoch)
 
-    real = loop.ppo_clip_loss
+    real = update.ppo_clip_loss
     calls = []
 
     def loss(*a, **k):
@@ -195,7 +195,7 @@ def _nan_loss_on(monkeypatch, bad_calls):
         out, stats = real(*a, **k)
         return (out * math.nan if len(calls) in bad_calls else out), stats
 
-    monkeypatch.setattr(loop, "ppo_clip_loss", loss)
+    monkeypatch.setattr(update, "ppo_clip_loss", loss)
 
 
 def test_a_nan_loss_skips_the_step_and_is_counted(train_args, tmp_path, monkeypatch):
