@@ -22,10 +22,14 @@ def check_config(config) -> type:
     split_config(OmegaConf.to_container(config.replay, resolve=True))
     if config.trainer.get("use_v1", True):
         from .runner_v1 import ReplayTaskRunnerV1
-        from .trainer_v1 import check_storage, replay_trainer_cls
+        from .trainer_v1 import replay_trainer_cls
+        from .v1_checks import check_config as check_v1, check_paths, check_resources, local_ray_cpus, replay_settings
 
         replay_trainer_cls(config.trainer.v1.trainer_mode)
-        check_storage(config)
+        check_v1(config)
+        check_paths(config)
+        check_resources(config, local_ray_cpus(config), "the local Ray cluster run_ppo starts")
+        print(replay_settings(config)[2])
         return ReplayTaskRunnerV1
     from .runner import ReplayTaskRunner
 

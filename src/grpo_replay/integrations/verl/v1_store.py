@@ -80,7 +80,7 @@ def read_fresh(tq, keys: Sequence[str], tags: Sequence[dict], partition_id: str,
     padded = data.select("response_mask", "advantages", "rm_scores").to_padded_tensor()
     mask = padded["response_mask"].long()
     advantages = row_advantages(padded["advantages"], mask)
-    rewards = padded["rm_scores"].float().sum(-1)
+    rewards = session_rewards(keys, padded["rm_scores"].float().sum(-1))
     _, inv = np.unique(np.asarray(list(data["uid"])).astype(str), return_inverse=True)
     versions = [t.get("min_global_steps") for t in tags]
     birth = np.array([(global_steps - 1 if v is None else int(v)) + 1 for v in versions], dtype=np.int64)
@@ -93,6 +93,20 @@ def read_fresh(tq, keys: Sequence[str], tags: Sequence[dict], partition_id: str,
         prompt_keys=np.array([prompt_key(p) for p in prompts], dtype=np.int64),
         birth=birth,
     )
+
+
+def session_rewards(keys: Sequence[str], rewards: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's reward as its session's final output's (key `{uid}_{session}_{index}`, highest index): an
+    agent loop that emits several outputs per session scores the last one, and verl's GRPO advantage takes it
+    from that output and broadcasts it to the session's other outputs, so the zero-variance filter does too."""
+    final: dict[str, tuple[int, int]] = {}
+    sessions = []
+    for j, k in enumerate(keys):
+        session, _, index = k.rpartition("_")
+        sessions.append(session)
+        if session not in final or final[session][0] < int(index):
+            final[session] = (int(index), j)
+    return rewards[torch.tensor([final[s][1] for s in sessions], dtype=torch.long)] if len(keys) else rewards
 
 
 def placeholder_batch(ids: np.ndarray, fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
