@@ -7,14 +7,16 @@
   stored rows under keys of their own in the same partition (v1_store.py): appended to the batch's keys, they
   reach the actor exactly as they were stored. The PPO mini-batch is scaled for this call so the optimizer-step
   count is unchanged, and the composed batch is a multiple of every size verl divides it by, so verl's padding
-  path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. The fresh rows
-  are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
+  path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. Padding rows
+  verl added before the old log-probs (tag `is_padding`, `response_mask` 0) are filler like zero-variance rows:
+  used to reach that multiple, never stored. The real fresh rows are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
 - `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
   `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
 - `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and, in sync mode, where verl saves no
   TransferQueue state, the stored rows (TransferQueue's own checkpoint of the store keys) are written to
-  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`.
+  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is complete,
+  step folders verl no longer keeps an actor checkpoint for lose their stored rows (`prune_store`).
 
 Age is counted in policy versions: a row's birth is the oldest weight version that generated it
 (`min_global_steps` tag) + 1, so age = global step - birth = how many versions the trained policy is past it;
