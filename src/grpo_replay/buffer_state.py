@@ -23,19 +23,21 @@ import numpy as np
 from .errors import UsageError
 from .storage import COLUMNS, _LENGTH_COLUMNS
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 # 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
 # list [added, evicted by age, evicted by capacity] (3: an object with those names, OLD_TOTALS); 1-3: no
 # "col.uses", no evicted_uses / evicted_drift totals and no max_drift, fill_filtered, max_uses, age_decay in
-# "config" (`upgrade` reads them as 0 and the defaults: those files predate the options)
-READABLE_VERSIONS = (1, 2, 3, 4)
+# "config" (`upgrade` reads them as 0 and the defaults: those files predate the options); 1-4: no
+# "storage_scalars.widths" (the arenas are then sized to the widest stored row)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 OLD_TOTALS = ("added", "evicted_age", "evicted_capacity")
 TOTALS = OLD_TOTALS + ("evicted_uses", "evicted_drift")
-CHECKSUM_VERSIONS = (3, 4)  # the versions whose checksum is verified (the same function since version 3)
+CHECKSUM_VERSIONS = (3, 4, 5)  # the versions whose checksum is verified (the same function since version 3)
 NEW_CONFIG_FIELDS = ("max_drift", "fill_filtered", "max_uses", "age_decay")
 JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sampler", "age_eviction",
              "capacity_eviction", "storage_scalars", "checksum"}
 SCALAR_KEYS = {"count", "seq", "has_ref"}
+WIDTH_KEYS = ("prompt_ids", "comp_ids", "logps", "mask", "ref")  # storage_scalars.widths: arena -> allocated width
 ARRAY_DTYPES: dict[str, Any] = {
     **{f"col.{k}": np.dtype(dt) for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS},
     "valid": np.dtype(np.bool_),
@@ -171,10 +173,12 @@ def validate(state: Any, config, where: dict[str, str], parts: Optional[dict[str
     for k in sorted(SCALAR_KEYS):
         if k not in st:
             bad(f"storage_scalars.{k}", "is missing")
-    for k in sorted(set(st) - SCALAR_KEYS - set(ARRAY_DTYPES)):
+    for k in sorted(set(st) - SCALAR_KEYS - {"widths"} - set(ARRAY_DTYPES)):
         bad(k, "is not a replay buffer state field", npz)
     _validate_columns(state, st, config, version, bad, npz)
     _validate_tokens(st, bad, npz)
+    if version >= 5 or "widths" in st:
+        _validate_widths(st, bad)
 
 
 def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
@@ -307,6 +311,21 @@ def _validate_tokens(st: dict, bad, npz: str) -> None:
         bad("logps", "holds NaN or inf at a counted token", npz)
     if has_ref and not np.isfinite(st["ref"][m]).all():
         bad("ref", "holds NaN or inf at a counted token", npz)
+
+
+def _validate_widths(st: dict, bad) -> None:
+    """The arenas' allocated widths: each at least what the stored rows need."""
+    w = st.get("widths")
+    if not isinstance(w, dict) or sorted(w) != sorted(WIDTH_KEYS) or not all(_is_int(v) and v >= 0 for v in w.values()):
+        bad("storage_scalars.widths", f"must map {', '.join(WIDTH_KEYS)} to integers >= 0")
+    P = int(st["prompt_len"].max()) if len(st["prompt_len"]) else 0
+    C = int(st["comp_len"].max()) if len(st["comp_len"]) else 0
+    need = {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": (C + 7) // 8, "ref": C if st["has_ref"] else 0}
+    for k, n in need.items():
+        if w[k] < n:
+            bad(f"storage_scalars.widths.{k}", f"is {w[k]}, narrower than the stored rows need ({n})")
+    if w["comp_ids"] != w["logps"]:
+        bad("storage_scalars.widths", "must give comp_ids and logps the same width")
 
 
 def _is_int(x: Any) -> bool:

@@ -319,6 +319,8 @@ class RolloutStorage:
             mask=flat("mask").astype(np.bool_),
             has_ref=has_ref,
             ref=flat("ref").astype(np.float32) if has_ref else np.zeros(0, np.float32),
+            # the arenas' allocated widths, so that a restored storage holds the same bytes as the saved one
+            widths={"prompt_ids": W, **{k: int(a.shape[1]) for k, a in self.arena.items()}},
         )
         return state
 
@@ -340,23 +342,25 @@ class RolloutStorage:
         self._cols["comp_len"][slots] = clen
         P = int(plen.max()) if len(plen) else 0
         C = int(clen.max()) if len(clen) else 0
+        # Saved widths (format 5 on) restore the arenas as allocated; older files: the widest stored row.
+        widths = state.get("widths") or {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": _packed(C),
+                                          "ref": C if state["has_ref"] else 0}
         self.has_ref = bool(state["has_ref"]) if self._count else None
-        self.prompt_ids = np.zeros((n_slots, P), np.int32)
-        self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, P, np.int32, left=True)
-        self.width = C
+        self.prompt_ids = np.zeros((n_slots, widths["prompt_ids"]), np.int32)
+        self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
+        self.width = widths["comp_ids"]
         self.arena = {}
         for k, dt in COMPLETION_FIELDS.items():
+            self.arena[k] = np.zeros((n_slots, widths[k]), dt)
             if k == "ref" and not self.has_ref:
-                self.arena[k] = np.zeros((n_slots, 0), dt)
-            elif k == "mask":
+                continue
+            if k == "mask":
                 m = _repad(state[k], clen, C, np.bool_, left=False)
-                self.arena[k] = np.zeros((n_slots, _packed(C)), dt)
-                self.arena[k][slots] = np.packbits(m, axis=1)
+                self.arena[k][slots, : _packed(C)] = np.packbits(m, axis=1)
                 self.dense = np.zeros(n_slots, bool)
                 self.dense[slots] = np.count_nonzero(m, axis=1) == clen
             else:
-                self.arena[k] = np.zeros((n_slots, C), dt)
-                self.arena[k][slots] = _repad(state[k], clen, C, dt, left=False)
+                self.arena[k][slots] = _repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
 
 

@@ -176,8 +176,14 @@ def test_corrupt_files_raise_the_one_error(tmp_path):
     assert len(fresh) == 0
 
 
+def _as_version_4(state):
+    """What version 5 added taken out: the arenas' allocated widths."""
+    del state["storage_scalars"]["widths"]
+
+
 def _as_version_3(arrays, state):
     """What version 4 added taken out: the replay counts, two totals and four config fields."""
+    _as_version_4(state)
     del arrays["col.uses"]
     for k in ("evicted_uses", "evicted_drift"):
         assert state["totals"].pop(k) == 0
@@ -330,3 +336,57 @@ def test_replay_counts_are_saved_restored_and_validated(tmp_path):
         _write(tmp_path / "f", forged, dict(state))
         with pytest.raises(BufferStateError, match=rf"field '{why}' must be replay counts >= 0 and < max_uses=3"):
             ReplayBuffer.load(tmp_path / "f")
+
+
+def _wide_then_narrow(seed=3):
+    """A buffer whose widest rows (prompt 9, completion 12 positions, padded wider still) were evicted by age:
+    the arenas stay as wide as they grew, wider than any row still stored."""
+    buf = ReplayBuffer(CFG, seed=seed)
+    buf.add(make_batch(2, 3, step=0, seed=1, max_prompt=9, max_completion=12), 0)
+    for t in range(1, 6):
+        buf.sample(3, t)
+        buf.add(make_batch(2, 3, step=t, seed=t, max_prompt=3, max_completion=4), t)
+    return buf
+
+
+def test_a_loaded_buffer_holds_the_same_bytes_and_goes_on_like_the_saved_one(tmp_path):
+    buf = _wide_then_narrow()
+    assert int(buf.storage.col("comp_len")[buf.storage.valid].max()) <= 4 < buf.storage.width
+    buf.save(tmp_path / "b")
+    loaded = ReplayBuffer.load(tmp_path / "b")
+    assert loaded.stats(6) == buf.stats(6)  # buffer/bytes included
+    for t in range(6, 9):
+        a, b = buf.sample(3, t), loaded.sample(3, t)
+        assert a.completion_ids.tolist() == b.completion_ids.tolist()
+        for x in (buf, loaded):
+            x.add(make_batch(2, 3, step=t, seed=10 + t, max_prompt=4, max_completion=6), t)
+        assert loaded.stats(t + 1) == buf.stats(t + 1)
+
+
+def test_version_4_files_size_the_arenas_to_the_widest_stored_row(tmp_path):
+    buf = _wide_then_narrow()
+    buf.save(tmp_path / "b")
+    arrays, state = _read(tmp_path / "b")
+    _as_version_4(state)
+    state["version"] = 4
+    _write(tmp_path / "b", arrays, state, forge=True)
+    old = ReplayBuffer.load(tmp_path / "b")
+    widest = int(buf.storage.col("comp_len")[buf.storage.valid].max())
+    assert old.storage.width == widest < buf.storage.width
+    a, b = buf.sample(4, 6), old.sample(4, 6)
+    assert a.completion_ids.tolist() == b.completion_ids.tolist()
+
+
+@pytest.mark.parametrize("widths, message", [
+    ({"prompt_ids": 9, "comp_ids": 1, "logps": 1, "mask": 2, "ref": 0}, "'storage_scalars.widths.comp_ids' is 1, narrower"),
+    ({"prompt_ids": 9, "comp_ids": 12, "logps": 11, "mask": 2, "ref": 0}, "must give comp_ids and logps the same width"),
+    ({"prompt_ids": 9, "comp_ids": 12, "logps": 12, "mask": 2}, "must map prompt_ids, comp_ids, logps, mask, ref"),
+    ({"prompt_ids": -1, "comp_ids": 12, "logps": 12, "mask": 2, "ref": 0}, "must map prompt_ids"),
+])
+def test_forged_widths_are_refused(tmp_path, widths, message):
+    _wide_then_narrow().save(tmp_path / "b")
+    arrays, state = _read(tmp_path / "b")
+    state["storage_scalars"]["widths"] = widths
+    _write(tmp_path / "b", arrays, state, forge=True)
+    with pytest.raises(BufferStateError, match=message):
+        ReplayBuffer.load(tmp_path / "b")

@@ -1,9 +1,12 @@
-"""The drift check of scripts/update_docs_figures.py: it flags a changed figure and ignores timings."""
+"""The check of scripts/update_docs_figures.py: exact on a recorded CPU kind, properties on any other; timings ignored."""
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("update_docs_figures", ROOT / "scripts" / "update_docs_figures.py")
@@ -11,9 +14,8 @@ figs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(figs)
 
 
-def record(**changes):
-    rec = {"command": figs.COMMAND, "commit": "abc1234", "machine": "2 CPU cores",
-           "figures": {"heldout_acc_sampled_start_pct": 10.0, "heldout_acc_sampled_end_pct": 20.0,
+def measured(**changes):
+    rec = {"figures": {"heldout_acc_sampled_start_pct": 10.0, "heldout_acc_sampled_end_pct": 20.0,
                        "heldout_acc_greedy_start_pct": 12.0, "heldout_acc_greedy_end_pct": 22.0,
                        "warm_start_step": 250, "warm_start_pass_rate_pct": 10.5},
            "timings": {"main_job_seconds": 102.0, "warm_start_seconds": 27.0}}
@@ -21,15 +23,33 @@ def record(**changes):
     return rec
 
 
-def test_drift_flags_changed_figures_not_timings():
-    base = record()
-    slower = json.loads(json.dumps(base))
+FACTS = {"warm_start_stop_reason": "in_window", "warm_start_window_pct": [10.0, 25.0], "replayed_rows": 900}
+
+
+def test_a_recorded_kind_is_checked_exactly_and_timings_are_not():
+    base = measured()
+    slower = copy.deepcopy(base)
     slower["timings"]["main_job_seconds"] = 999.0
     assert figs.drift(base, slower) == []
-    assert figs.drift(base, record(heldout_acc_sampled_end_pct=20.0 + figs.TOLERANCE_PP)) == []
-    (msg,) = figs.drift(base, record(heldout_acc_sampled_end_pct=21.0))
-    assert "heldout_acc_sampled_end_pct" in msg and "20.0" in msg and "21.0" in msg
-    assert figs.drift(base, record(warm_start_step=251))
+    (msg,) = figs.drift(base, measured(heldout_acc_sampled_end_pct=20.1))
+    assert "heldout_acc_sampled_end_pct" in msg and "20.0" in msg and "20.1" in msg
+    assert figs.drift(base, measured(warm_start_step=275))
+
+
+def test_properties_every_kind_shares_hold_for_a_sound_run():
+    assert figs.invariants(measured(), FACTS) == []
+
+
+@pytest.mark.parametrize("changes, facts, words", [
+    ({"heldout_acc_sampled_end_pct": 10.0 + figs.MIN_RISE_PP - 0.1}, {}, "rose by"),  # training that does not learn
+    ({"heldout_acc_greedy_end_pct": 11.9}, {}, "greedy accuracy fell"),
+    ({}, {"replayed_rows": 0}, "replayed no rows"),  # replay turned off in the paper's preset
+    ({}, {"warm_start_stop_reason": "overshoot"}, "'overshoot'"),
+    ({"warm_start_pass_rate_pct": 26.0}, {}, "not inside its window [10.0, 25.0]"),
+])
+def test_a_broken_run_fails_the_properties(changes, facts, words):
+    (msg,) = figs.invariants(measured(**changes), {**FACTS, **facts})
+    assert words in msg
 
 
 def test_readme_holds_the_paragraph_docs_figures_json_renders():
@@ -37,4 +57,29 @@ def test_readme_holds_the_paragraph_docs_figures_json_renders():
     assert text.count(figs.BEGIN) == 1 and text.count(figs.END) == 1
     recorded = json.loads(figs.FIGURES.read_text())
     assert figs.render(recorded) in text
-    assert recorded["command"] == figs.COMMAND and recorded["commit"] != "unknown"
+    assert recorded["command"] == figs.COMMAND and recorded["readme_kind"] in recorded["kinds"]
+    for key, kind in recorded["kinds"].items():
+        assert key == figs.kind_key(kind) and "uncommitted" not in kind["commit"] and "unknown" not in key
+        assert figs.invariants(kind, {**FACTS, "warm_start_window_pct": [10.0, 25.0]}) == []
+
+
+def test_the_kind_follows_the_kernels_torch_dispatches_to():
+    """ATEN_CPU_CAPABILITY changes the floats as another CPU kind does, so it changes the kind too."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util as u; s = u.spec_from_file_location('f', %r); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); print(m.kind_key(m.this_kind()))" % str(ROOT / "scripts" / "update_docs_figures.py"))
+    run = lambda env: subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
+    import os
+
+    default = run(dict(os.environ))
+    lowest = run({**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert default == figs.kind_key(figs.this_kind()) and figs.cpu_model() in default
+    assert lowest.endswith(" / DEFAULT, torch " + figs.this_kind()["torch"]) and lowest != default
+
+
+def test_set_is_refused_without_check(capsys):
+    with pytest.raises(SystemExit) as e:
+        figs.main(["--set", "lr=1e-12"])
+    assert e.value.code == 2 and "--set is for --check only" in capsys.readouterr().err

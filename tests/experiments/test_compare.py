@@ -80,10 +80,13 @@ def test_rerun_skips_and_resumes(quick_out, capsys):
     res = json.loads((quick_out / "report" / "results.json").read_text())
     made_here = res["provenance"]["commit"]
     assert res["run_commits"] == {made_here: len(summaries)}
-    assert "Its runs were made at" not in (quick_out / "report" / "report.md").read_text()
-    # A reused run that older code made: the regenerated report names that commit beside its own.
+    here = f"{res['provenance']['cpu']} / {res['provenance']['cpu_capability']}"
+    assert res["run_cpu_kinds"] == {here: len(summaries)}
+    md = (quick_out / "report" / "report.md").read_text()
+    assert "Its runs were made at" not in md and "more than one CPU kind" not in md
+    # A reused run that older code made on another CPU kind: the regenerated report names both.
     old = json.loads(summaries[1].read_text())
-    old["provenance"]["commit"] = "0ld0ld0"
+    old["provenance"].update(commit="0ld0ld0", cpu="Other CPU", cpu_capability="AVX2")
     summaries[1].write_text(json.dumps(old))
     mtimes = {p: p.stat().st_mtime_ns for p in summaries}
     rc = main(["compare", "--quick", "--out", str(quick_out), "--no-progress"])
@@ -92,8 +95,10 @@ def test_rerun_skips_and_resumes(quick_out, capsys):
     assert res["run_info"]["ran"] == 0 and res["run_info"]["skipped"] == len(summaries)
     assert all(p.stat().st_mtime_ns == m for p, m in mtimes.items())
     assert res["run_commits"] == {made_here: len(summaries) - 1, "0ld0ld0": 1}
-    assert (f"Its runs were made at commit `{made_here}` ({len(summaries) - 1} runs), `0ld0ld0` (1 run)"
-            in (quick_out / "report" / "report.md").read_text())
+    assert res["run_cpu_kinds"] == {here: len(summaries) - 1, "Other CPU / AVX2": 1}
+    md = (quick_out / "report" / "report.md").read_text()
+    assert f"Its runs were made at commit `{made_here}` ({len(summaries) - 1} runs), `0ld0ld0` (1 run)" in md
+    assert f"more than one CPU kind: {here} ({len(summaries) - 1} runs), Other CPU / AVX2 (1 run)" in md
     # an unfinished run (no summary.json) is run again, resuming from its checkpoint; the others are skipped
     summaries[0].unlink()
     rc = main(["compare", "--quick", "--out", str(quick_out), "--jobs", "1", "--no-progress"])

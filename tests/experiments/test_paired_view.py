@@ -73,6 +73,8 @@ def test_the_report_has_a_paired_section_and_plot(tmp_path):
     assert "Paired view (each arm minus GRPO of the same seed)" in md and "![paired difference" in md
     res = json.loads((rep / "results.json").read_text())
     view = res["paired_view"]["paper"]
-    assert view["reach"]["n"] == 2 and len(view["paired_curve"]) == len(view["grid"])
+    # Each of the 2 seeds is counted or named as one whose GRPO run did not improve (which depends on the CPU kind).
+    reach = view["reach"]
+    assert reach["n"] + len(reach["grpo_not_improved"]) == 2 and len(view["paired_curve"]) == len(view["grid"])
     assert view["regime"]["train_s"]["mean"] > 0
     assert paired_view.run_regime(tmp_path)["train_s"] is None  # no metrics: no time, not 0

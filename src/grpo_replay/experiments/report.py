@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..plotting import compare as plots
-from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line
+from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line, run_cpu_kinds_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
 from . import paired_view
@@ -57,6 +57,7 @@ def build_report(
         "run_info": run_info or {},
         "provenance": provenance(),
         "run_commits": dict(Counter(r.commit or UNRECORDED for rs in runs.values() for r in rs)),
+        "run_cpu_kinds": dict(Counter(r.cpu_kind or UNRECORDED for rs in runs.values() for r in rs)),
         "arms": {n: {"label": labels[n], "overrides": arms[n].overrides, "seeds": [r.seed for r in runs.get(n, [])]} for n in runs},
         # One warm start per seed, shared by every arm (the size series reads each size's from here).
         "warm_starts": {str(r.seed): r.warm_start for r in sorted(runs.get(BASE, []), key=lambda r: r.seed)},
@@ -162,7 +163,8 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
                   f"{info.get('jobs', '?')} parallel jobs, wall time of this invocation {info.get('wall_s', 0) / 60:.1f} min.", ""]
     if results.get("provenance"):
         made = run_commits_line(results.get("run_commits") or {}, results["provenance"].get("commit"))
-        lines += [f"Code: {describe(results['provenance'])}." + (f" {made}" if made else ""), ""]
+        kinds = run_cpu_kinds_line(results.get("run_cpu_kinds") or {})
+        lines += [f"Code: {describe(results['provenance'])}." + (f" {made}" if made else "") + (f" {kinds}" if kinds else ""), ""]
     if results["missing_runs"]:
         lines += [f"**Missing (unfinished or failed) runs, left out of every number:** {', '.join(results['missing_runs'])}", ""]
 

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..app.provenance import cpu_kind
 from ..eval.metrics import aes, evaluate_correctness, relative_change
 
 CONFIDENCE = 0.95
@@ -147,6 +148,8 @@ class Run:
     warm_start: dict = field(default_factory=dict)
     # The commit the run finished with (its summary's provenance); None for runs made before it was recorded.
     commit: Optional[str] = None
+    # `provenance.cpu_kind` of the machine that finished it; None for runs made before it was recorded.
+    cpu_kind: Optional[str] = None
 
     @property
     def final(self) -> dict:
@@ -173,8 +176,9 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     warm = (summary.get("setup") or {}).get("warm_start") or {}
     warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
     rows = sum(int(m.get("update_rows") or 0) for m in metrics)
-    commit = (summary.get("provenance") or {}).get("commit")
-    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, commit)
+    prov = summary.get("provenance") or {}
+    kind = cpu_kind(prov) if "cpu" in prov else None
+    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, prov.get("commit"), kind)
 
 
 def read_jsonl(path: Path) -> list[dict]:

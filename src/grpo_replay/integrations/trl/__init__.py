@@ -1,4 +1,5 @@
-"""TRL integration: `ReplayGRPOTrainer` and `ReplayGRPOConfig`, drop-in replacements for TRL's GRPO ones.
+"""TRL integration: `ReplayGRPOTrainer` and `ReplayGRPOConfig`, drop-in replacements for TRL's GRPO ones, and
+`ReplayAsyncGRPOTrainer` / `ReplayAsyncGRPOConfig` for TRL's experimental `AsyncGRPOTrainer` (imported on first use).
 
     from grpo_replay.integrations.trl import ReplayGRPOTrainer, ReplayGRPOConfig
 
@@ -49,4 +50,17 @@ from .replay_grpo_config import ReplayGRPOConfig  # noqa: E402
 from .replay_grpo_trainer import ReplayGRPOTrainer  # noqa: E402
 
 
-__all__ = ["ReplayGRPOConfig", "ReplayGRPOTrainer", "SUPPORTED_TRL_TEXT", "TRL_VERSION"]
+_ASYNC = {"ReplayAsyncGRPOConfig": ".replay_async_config", "ReplayAsyncGRPOTrainer": ".replay_async_trainer"}
+
+
+def __getattr__(name: str):
+    # trl.experimental.async_grpo takes seconds to import: only for those who use it.
+    if name in _ASYNC:
+        import importlib
+
+        return getattr(importlib.import_module(_ASYNC[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ReplayAsyncGRPOConfig", "ReplayAsyncGRPOTrainer", "ReplayGRPOConfig", "ReplayGRPOTrainer",
+           "SUPPORTED_TRL_TEXT", "TRL_VERSION"]

@@ -1,0 +1,190 @@
+"""`AsyncComposer`: the replay step of `ReplayAsyncGRPOTrainer`, between TRL's `RolloutQueueDataset` (fresh samples,
+stale ones already dropped) and its planner (`FixedCountBatcher` / `TokenBudgetBatcher`), on the main process.
+
+It hands the planner the samples of one optimizer step at a time, a chunk of S = per_device_train_batch_size x
+num_processes x gradient_accumulation_steps samples (what TRL's fixed-count planner packs into one step), composed by
+the core's `compose_batch` from fresh samples and rows of one `ReplayBuffer`:
+
+- fresh_anchored: n = round(S / (1 + replay_ratio)) fresh samples and round(replay_ratio x n) replay rows, trailing
+  replay rows trimmed and missing ones (warm-up, a short buffer) made up with more fresh samples, so the step keeps
+  TRL's size and every fresh sample taken from the queue is trained on;
+- pool: S fresh samples, of which replay rows displace some (stored, not trained, as the core's pool does);
+- fill_filtered: S fresh samples; each zero-variance one (whose group's rewards are all equal: A = 0) is replaced by a
+  replay row while the buffer has one, so the update keeps its size and no more is generated.
+
+The planner then packs the chunk as it packs fresh samples (TRL's own row balancing and token budget), so every process
+gets one non-empty row per micro-batch and the same number of micro-batches per step. Under a token budget the number
+of samples per step is the planner's: a chunk keeps the replay share but need not coincide with one optimizer step.
+
+Ages are in model versions, TRL's unit for staleness (`max_staleness`): a fresh sample is born at the version that
+generated it (the queue's stamp); a sample enters the buffer once it has been trained on and the version has moved
+past its birth, so a replayed row is never of age 0; the buffer evicts rows older than the effective bound
+min(tau_max, max_staleness) before every draw. Ages are measured when a chunk is composed, which is where TRL measures
+staleness (the dataloader works one micro-batch ahead of the update).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+from ...buffer import ReplayBuffer
+from ...composition import compose_batch
+from ...config import ReplayConfig
+from .async_samples import AGE, IS_REPLAY, SERIAL, from_batch, loss_span, sample_from_state, sample_state, to_batch, zero_variance
+
+
+def effective_age_bound(tau_max: Optional[int], max_staleness: int) -> int:
+    """The oldest age (in model versions) a replayed row may have: min(tau_max, max_staleness)."""
+    return max_staleness if tau_max is None else min(int(tau_max), int(max_staleness))
+
+
+class AsyncComposer:
+    """The buffer and what is in flight around it. `version()` reads the trainer's current model version.
+
+    State (all saved by `state_dict`): the buffer; `pending` fresh samples trained on and waiting for the version to
+    move past their birth; `untrained`, samples composed and not yet trained on (the dataloader runs ahead of the
+    update), in order; `chunk` and `serial` counters. A restored composer hands its `untrained` samples over again
+    first, so the planner packs the same micro-batches as the run that saved it."""
+
+    def __init__(self, config: ReplayConfig, age_bound: int, chunk_size: int, seed: int, version: Callable[[], int]):
+        self.config = config
+        self.age_bound = age_bound
+        self.chunk_size = chunk_size
+        # The buffer counts ages in model versions; warm-up counts optimizer steps (chunks), checked here.
+        self.buffer_config = config.replace(tau_max=age_bound, warmup_steps=0)
+        self.buffer = ReplayBuffer(self.buffer_config, seed=seed)
+        self.version = version
+        self.pending: list[dict[str, Any]] = []
+        self.untrained: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.queued: deque[dict[str, Any]] = deque()  # composed, not yet handed to the planner (the tail of untrained)
+        self.chunk = 0
+        self.serial = 0
+        self.inserted = 0  # rows inserted into the buffer since the trainer last read it (`take_inserted`)
+        self.history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per chunk, for diagnostics and tests
+
+    # --- the stream -----------------------------------------------------------------------------------
+    def stream(self, fresh: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Samples for the planner, chunk after chunk (restored ones first)."""
+        while True:
+            if not self.queued:
+                for sample in self._compose_chunk(fresh):
+                    sample[SERIAL] = self.serial
+                    self.serial += 1
+                    self.untrained[sample[SERIAL]] = sample
+                    self.queued.append(sample)
+            yield self.queued.popleft()
+
+    def _compose_chunk(self, fresh: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
+        cfg, S, version = self.config, self.chunk_size, int(self.version())
+        inserted = self._flush(version)
+        self.inserted += inserted
+        buffer_size = len(self.buffer)  # before this chunk's draw (it may evict)
+        drawing = cfg.enabled and self.chunk >= cfg.warmup_steps
+        anchored = cfg.composition == "fresh_anchored" and not cfg.fill_filtered
+        n = max(1, round(S / (1.0 + cfg.replay_ratio))) if drawing and anchored else S
+        taken = [_fresh(next(fresh)) for _ in range(n)]
+        kept, replay, displaced = list(taken), [], []
+        scorable = [i for i, s in enumerate(taken) if _has_loss_token(s)]
+        if drawing and scorable:
+            nz = [zero_variance(taken[i]) for i in scorable]
+            batch = to_batch([taken[i] for i in scorable], step=version)
+            group_of = self._stored_group_ids()  # before the draw: with max_uses it removes rows it hands out
+            composed, keep = compose_batch(batch, self.buffer, version, n_filtered=sum(nz))
+            rows = composed.select(torch.nonzero(composed.is_replay).flatten())
+            if anchored:  # trailing (lowest-drawn) rows beyond the step's size are trimmed
+                rows = rows.select(torch.arange(min(len(rows), S - n)))
+            groups = [group_of[q] for q in rows.buffer_seq.tolist()] if len(rows) else []
+            replay = from_batch(rows, groups, (version - rows.birth_step).tolist())
+            if cfg.fill_filtered:  # replay rows take the places of zero-variance samples
+                gone = {scorable[i] for i, z in enumerate(nz) if z}
+                gone = set(sorted(gone)[: len(replay)])
+            elif not anchored:  # pool: the displaced samples are stored, not trained on
+                gone = set(scorable) - {scorable[i] for i in keep.tolist()}
+                displaced = [taken[i] for i in sorted(gone)]
+            else:
+                gone = set()
+            kept = [s for i, s in enumerate(taken) if i not in gone]
+        extra = S - len(kept) - len(replay) if anchored else 0  # warm-up or a short buffer: the step keeps its size
+        kept += [_fresh(next(fresh)) for _ in range(max(extra, 0))]
+        self.pending += [s for s in displaced if _storable(s)]
+        self.history.append({
+            "chunk": self.chunk, "version": version, "fresh": len(kept), "replay": len(replay),
+            "fresh_taken": len(taken) + max(extra, 0), "zero_variance_taken": sum(map(zero_variance, taken)),
+            "inserted": inserted, "buffer_size": buffer_size,
+            "replay_ages": [s[AGE] for s in replay],
+        })
+        self.chunk += 1
+        return _interleave(kept, replay)
+
+    def _flush(self, version: int) -> int:
+        """Insert the pending samples born before `version` into the buffer, one add per birth version."""
+        ready = [s for s in self.pending if s["model_version"] < version]
+        self.pending = [s for s in self.pending if s["model_version"] >= version]
+        inserted = 0
+        for birth in sorted({s["model_version"] for s in ready}):
+            rows = [s for s in ready if s["model_version"] == birth]
+            inserted += self.buffer.add(to_batch(rows, step=birth), step=birth,
+                                        prompt_keys=[int(s["group_id"]) for s in rows])
+        return inserted
+
+    def _stored_group_ids(self) -> dict[int, int]:
+        """Insertion number -> the TRL group id each stored row was added with (kept by the buffer as its prompt
+        key), so a replayed sample counts toward the prompt group TRL already trained."""
+        st = self.buffer.storage
+        slots = st.valid_slots()
+        return dict(zip(st.col("seq")[slots].tolist(), st.col("prompt_key")[slots].tolist()))
+
+    def take_inserted(self) -> int:
+        n, self.inserted = self.inserted, 0
+        return n
+
+    # --- what the update consumed ---------------------------------------------------------------------
+    def trained(self, serials: list[int]) -> list[dict[str, Any]]:
+        """Mark one micro-batch's samples trained on; the storable fresh ones wait in `pending`. Returns them all."""
+        out = [self.untrained.pop(s) for s in serials if s in self.untrained]
+        self.pending += [s for s in out if not s.get(IS_REPLAY) and _storable(s)]
+        return out
+
+    # --- checkpointing --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": [sample_state(s) for s in self.pending],
+                "untrained": [sample_state(s) for s in self.untrained.values()],
+                "chunk": self.chunk, "serial": self.serial}
+
+    def load_state_dict(self, state: dict[str, Any], buffer: ReplayBuffer) -> None:
+        self.buffer = buffer
+        self.pending = [sample_from_state(s) for s in state["pending"]]
+        self.queued = deque(sample_from_state(s) for s in state["untrained"])
+        self.untrained = OrderedDict((s[SERIAL], s) for s in self.queued)
+        self.chunk, self.serial = int(state["chunk"]), int(state["serial"])
+
+
+def _fresh(sample: dict[str, Any]) -> dict[str, Any]:
+    sample[IS_REPLAY] = False
+    sample[AGE] = 0
+    return sample
+
+
+def _has_loss_token(sample: dict[str, Any]) -> bool:
+    return loss_span(sample)[0] < len(sample["input_ids"])
+
+
+def _storable(sample: dict[str, Any]) -> bool:
+    """A fresh sample enters the buffer when its group has reward variance and it has a loss token."""
+    return not zero_variance(sample) and _has_loss_token(sample)
+
+
+def _interleave(fresh: list, replay: list) -> list:
+    """Both lists merged with the replay rows spread evenly (each keeps its order), so every micro-batch of the
+    step gets about the step's share."""
+    keys = [(i + 0.5) / len(fresh) for i in range(len(fresh))] + [(j + 0.5) / len(replay) for j in range(len(replay))]
+    order = sorted(range(len(keys)), key=lambda k: (keys[k], k >= len(fresh)))
+    both = fresh + replay
+    return [both[k] for k in order]
+
+
+def chunk_size(per_device_train_batch_size: int, num_processes: int, gradient_accumulation_steps: int) -> int:
+    return int(per_device_train_batch_size) * int(num_processes) * int(gradient_accumulation_steps)
+
