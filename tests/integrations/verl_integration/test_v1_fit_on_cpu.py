@@ -19,7 +19,7 @@ pytest.importorskip("verl.protocol")
 ray = pytest.importorskip("ray")
 tq = pytest.importorskip("transfer_queue")
 
-from v1_driver import FakeAgentLoop, run_fit  # noqa: E402
+from v1_driver import FakeAgentLoop, run_fit, sampler_snapshot_bytes  # noqa: E402
 from v1_setup import MODES, RATIO, SHAPE, TAU, by_step, empty_tq, replay_cls, tq_cluster, v1_config  # noqa: E402,F401
 
 from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key, tq_row_nbytes  # noqa: E402
@@ -93,7 +93,14 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     assert len(stored) == len(t.replay_store.buffer)
     row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
     st = t.replay_store.buffer.storage
-    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns); "
+    # verl's sampler, in the same process, snapshots every key's tag on each poll: stored rows included
+    with_rows = sampler_snapshot_bytes(t.replay_buffer)
+    tq.kv_clear(keys=stored, partition_id="train")
+    without = sampler_snapshot_bytes(t.replay_buffer)
+    kept, peak = ((a - b) / len(stored) for a, b in zip(with_rows, without))
+    assert 0 < kept <= peak
+    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns), "
+          f"plus {kept:.0f} kept ({peak:.0f} at the peak of a poll) by verl's sampler ({len(stored)} rows); "
           f"in TransferQueue: {tq_row_nbytes(row)} of tensor fields (this toy row)")
 
 

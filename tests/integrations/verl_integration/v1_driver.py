@@ -236,6 +236,23 @@ class FakeActorWG:
         self.opt.load_state_dict(state["opt"])
 
 
+def sampler_snapshot_bytes(sampler) -> tuple[int, int]:
+    """(bytes kept, peak bytes) of one poll of TransferQueue by verl's v1 sampler in this process
+    (`tq.kv_list()` of every partition, every key's tag copied into its own dicts), traced with tracemalloc."""
+    import gc
+    import tracemalloc
+
+    sampler._sync_metadata_from_transfer_queue()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        sampler._sync_metadata_from_transfer_queue()  # frees the previous snapshot (allocated untraced)
+        gc.collect()
+        return tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+
 def _clone(value):
     if isinstance(value, dict):
         return {k: _clone(v) for k, v in value.items()}
