@@ -1,37 +1,35 @@
-"""Time the replay core's per-step bookkeeping, and its prioritized sampling next to TorchRL's and cpprb's.
+"""Time the replay core at equal work with cpprb and TorchRL, and its paper-default bookkeeping against a copy floor.
 
 Usage:
-  .venv/bin/python benchmarks/buffer_bench.py [--sizes 1000,10000,100000,1000000] [--repeats 20]
-      [--peers-python PYTHON]
+  .venv/bin/python benchmarks/buffer_bench.py [--sizes 10000,100000,1000000] [--rounds 6] [--steps 8]
+      [--rss-sizes 1000000] [--skip-paper]
 
-Every number is the median of --repeats timings (wall clock, time.perf_counter); the paper-default parts also
-give process CPU time (all threads), which other load on the machine inflates less.
-
-1. Paper default: 11 steps x 512 fresh rows (64 prompts x 8) of ~1k completion tokens stored (tau_max = 10),
-   then each step: evict, sample 256 replay rows, gather them into a padded batch, compose them with the
-   fresh rows, add the 512 fresh rows. Targets: evict + sample + gather + add < 5 ms, composition < 3 ms.
-   The fresh rows are in the narrow form the built-in trainer's generation produces (int32 ids, bool masks;
-   it casts on the model's device before the copy to the host), and gather hands out the same form.
-   "compose" is what `compose_batch` does after the draw (`fresh_anchored`: a `ComposedBatch` of the fresh
-   and replay segments, no padded concatenation) plus cutting it into the micro-batches the trainer feeds the
-   loss (views of one segment each). The work this moves or leaves elsewhere is timed on its own lines: the
-   padded concatenation, paid once by a consumer that reads a whole-batch token field (`ComposedBatch.dense`),
-   and the floor under it (its bytes copied into preallocated tensors); add and the padded concatenation
-   with int64 fresh rows (as TRL and verl hand them over: add narrows them, with the id range check), and
-   narrowing int64 rows on the CPU. The trainer's update without micro_batch_size now runs two forward
-   passes (the fresh rows, the replay rows), each padded to its own width; that cost is on the model's
-   device and not timed here.
-2. Sizes: N stored rollouts with short completions; "sample 512 of N" (our default: without replacement)
-   and a whole step (add 256 + evict + sample + compose).
-3. Peers (--peers-python: an interpreter with torchrl and cpprb, e.g. the one `bench` extra environment
-   described in the README): in that one process, at N in {10k, 100k, 1M}, "sample 512" by TorchRL's
-   PrioritizedSampler (through its ReplayBuffer, LazyTensorStorage of one float per item), cpprb's
-   PrioritizedReplayBuffer (one float per item) and ours, with and without replacement (the peers draw
-   with replacement). Priorities are random, alpha = 0.5, beta = 0 where a peer asks for it.
+1. Peers at equal work (the headline). Every library holds the same payload per row: prompt and completion ids
+   16 x int32, completion mask 16 x bool, behaviour log-probs 16 x float32, advantage and reward float32, group
+   id and birth step int64 (232 bytes; completion lengths uniform in 1..16, masks a prefix). Each is filled to
+   N rows (N rounded to a multiple of 256) and then does, per step: add 256 rows with their priorities
+   (|A| + eps)^alpha, drop the 256 oldest, draw 512 rows with their data. Ours drops them by age
+   (tau_max = N / 256 - 1 steps, so every step evicts exactly 256 rows; checked); cpprb and TorchRL are rings
+   of N rows, so their add overwrites the oldest. Ours draws without replacement (its default) and with; cpprb's
+   PrioritizedReplayBuffer and TorchRL's PrioritizedSampler draw with replacement only, and also compute
+   importance weights (beta = 0.4), which ours does not need. All libraries live in this one process and run
+   interleaved: in each round each library (in a rotated order) runs --steps steps; every op is timed with wall
+   clock (time.perf_counter) and this thread's CPU time (time.thread_time), min and median over all steps.
+   TorchRL is measured when it imports (torchrl 0.14.1's C++ sum tree needs torch >= 2.14.1; see
+   docs/benchmarks.md for the environment) and is reported unavailable otherwise.
+2. Memory: for each --rss-sizes N, one child process per library builds the buffer, runs 20 steps and reports
+   its resident set growth per row (from /proc/self/statm), and ours its own `buffer/bytes`.
+3. Paper default: 11 steps x 512 fresh rows (64 prompts x 8, completions uniform in 1..2048 tokens) stored
+   (tau_max = 10), then each step: evict, sample 256 replay rows, gather them, add the 512 fresh rows
+   ("bookkeeping"), and compose. The copy floor, measured in the same run: the bytes that bookkeeping must move
+   (the fresh rows' fields into arena rows of the arena's width, the replay batch's fields out), copied with
+   np.copyto between arrays allocated beforehand, plus one read of the fresh completion mask. The caches are flushed before each step and each floor copy
+   (both read from memory, as in a trainer). The target: bookkeeping within 1.2x of that floor.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -45,25 +43,235 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, group_advantages  # noqa: E402
+from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages  # noqa: E402
 from grpo_replay.composition import fresh_anchored  # noqa: E402
 
-PEER_SIZES = (10_000, 100_000, 1_000_000)
+TOKENS = 16  # prompt and completion positions per row in the peers' payload
+PER_STEP = 256  # rows added (and evicted) per step
+DRAW = 512  # rows drawn per step, with their data
+ALPHA, EPS, BETA = 0.5, 1e-6, 0.4
+N_BATCHES = 4  # distinct fresh batches, cycled
 
 
-def timeit(fn, repeats):
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3  # ms
+def payload(n: int, seed: int) -> dict[str, np.ndarray]:
+    """One batch of the equal-work payload as numpy arrays (the peers' input; ours gets the same as a RolloutBatch)."""
+    rng = np.random.default_rng(seed)
+    clen = rng.integers(1, TOKENS + 1, n)
+    mask = np.arange(TOKENS)[None] < clen[:, None]
+    return {
+        "prompt_ids": rng.integers(1, 50_000, (n, TOKENS), dtype=np.int32),
+        "comp_ids": (rng.integers(1, 50_000, (n, TOKENS), dtype=np.int32) * mask).astype(np.int32),
+        "mask": mask,
+        "logps": (-rng.random((n, TOKENS), dtype=np.float32) * mask).astype(np.float32),
+        "adv": rng.standard_normal(n).astype(np.float32),
+        "reward": rng.random(n).astype(np.float32),
+        "group": np.arange(n, dtype=np.int64) // 8,
+    }
 
 
-def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion, narrow=True):
-    """Random fresh batch: uniform prompt/completion lengths, binary rewards (as tests/helpers.make_batch).
-    `narrow`: int32 ids and bool masks, as the built-in trainer's generation hands them over (cast on the
-    model's device before the copy to the host); else int64 ids and masks, as TRL and verl do."""
+def priorities(p: dict[str, np.ndarray]) -> np.ndarray:
+    return np.power(np.abs(p["adv"].astype(np.float64)) + EPS, ALPHA)
+
+
+class Ours:
+    """ReplayBuffer with age eviction holding N rows between steps."""
+
+    def __init__(self, n: int, replacement: bool):
+        self.name = "ours, with repl." if replacement else "ours"
+        self.window = n // PER_STEP
+        cfg = ReplayConfig(warmup_steps=0, tau_max=self.window - 1, capacity=None, alpha=ALPHA, eps=EPS,
+                           replacement=replacement)
+        self.buf = ReplayBuffer(cfg, seed=0)
+        self.batches = [self._batch(payload(PER_STEP, i)) for i in range(N_BATCHES)]
+        for s in range(self.window):
+            self.buf.add(self.batches[s % N_BATCHES], s)
+        self.step, self.n = self.window, n
+        self.evicted: list[int] = []
+
+    @staticmethod
+    def _batch(p: dict[str, np.ndarray]) -> RolloutBatch:
+        n = len(p["adv"])
+        return RolloutBatch.fresh(
+            prompt_ids=torch.from_numpy(p["prompt_ids"]), prompt_mask=torch.ones(n, TOKENS, dtype=torch.bool),
+            completion_ids=torch.from_numpy(p["comp_ids"]), completion_mask=torch.from_numpy(p["mask"]),
+            behaviour_logps=torch.from_numpy(p["logps"]), advantages=torch.from_numpy(p["adv"]),
+            rewards=torch.from_numpy(p["reward"]), group_ids=torch.from_numpy(p["group"]),
+            group_std=torch.ones(n), step=0)
+
+    def ops(self):
+        s, buf = self.step, self.buf
+        batch = self.batches[s % N_BATCHES]
+        return [("evict", lambda: self.evicted.append(buf.evict(s))), ("sample", lambda: buf.sample(DRAW, s)),
+                ("add", lambda: buf.add(batch, s))]
+
+    def advance(self) -> None:
+        assert len(self.buf) == self.n and self.evicted[-1] == PER_STEP, (len(self.buf), self.evicted[-1])
+        self.step += 1
+
+
+class Cpprb:
+    """cpprb.PrioritizedReplayBuffer: a ring of N rows (add overwrites the oldest), C++ segment trees."""
+
+    def __init__(self, n: int):
+        import cpprb
+
+        self.name = "cpprb"
+        vec = lambda dt: {"shape": TOKENS, "dtype": dt}  # noqa: E731
+        env = {"prompt_ids": vec(np.int32), "comp_ids": vec(np.int32), "mask": vec(np.bool_),
+               "logps": vec(np.float32), "adv": {"dtype": np.float32}, "reward": {"dtype": np.float32},
+               "group": {"dtype": np.int64}, "birth": {"dtype": np.int64}}
+        self.rb = cpprb.PrioritizedReplayBuffer(n, env, alpha=ALPHA, eps=EPS)
+        self.batches = [payload(PER_STEP, i) for i in range(N_BATCHES)]
+        self.prio = [priorities(b) for b in self.batches]
+        for s in range(n // PER_STEP):
+            self._add(s)
+        self.step = n // PER_STEP
+
+    def _add(self, s: int) -> None:
+        b = self.batches[s % N_BATCHES]
+        self.rb.add(**b, birth=np.full(PER_STEP, s, np.int64), priorities=self.prio[s % N_BATCHES])
+
+    def ops(self):
+        s = self.step
+        return [("add", lambda: self._add(s)), ("sample", lambda: self.rb.sample(DRAW, beta=BETA))]
+
+    def advance(self) -> None:
+        self.step += 1
+
+
+class TorchRL:
+    """torchrl ReplayBuffer + LazyTensorStorage (a ring of N rows) + PrioritizedSampler (C++ sum tree)."""
+
+    def __init__(self, n: int):
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+
+        self.name = "TorchRL"
+        self.rb = TensorDictReplayBuffer(storage=LazyTensorStorage(n),
+                                         sampler=PrioritizedSampler(max_capacity=n, alpha=ALPHA, beta=BETA, eps=EPS),
+                                         batch_size=DRAW)
+        self.batches = [TensorDict({k: torch.from_numpy(v) for k, v in payload(PER_STEP, i).items()}, batch_size=[PER_STEP])
+                        for i in range(N_BATCHES)]
+        # TorchRL raises a priority to alpha itself: pass the signal |A| + eps
+        self.prio = [torch.from_numpy(np.abs(b["adv"].numpy().astype(np.float64)) + EPS) for b in self.batches]
+        for s in range(n // PER_STEP):
+            self._add(s)
+        self.step = n // PER_STEP
+
+    def _add(self, s: int) -> None:
+        b = self.batches[s % N_BATCHES]
+        b["birth"] = torch.full((PER_STEP,), s, dtype=torch.int64)
+        idx = self.rb.extend(b)
+        self.rb.update_priority(idx, self.prio[s % N_BATCHES])
+
+    def ops(self):
+        s = self.step
+        return [("add", lambda: self._add(s)), ("sample", lambda: self.rb.sample())]
+
+    def advance(self) -> None:
+        self.step += 1
+
+
+def peer_factories() -> tuple[dict, dict[str, str]]:
+    """name -> constructor(n) of every library that imports here; name -> why not, for the others."""
+    made = {"ours": lambda n: Ours(n, False), "ours, with repl.": lambda n: Ours(n, True)}
+    missing = {}
+    try:
+        import cpprb  # noqa: F401
+
+        made["cpprb"] = Cpprb
+    except ImportError as e:
+        missing["cpprb"] = f"{type(e).__name__}: {e}"
+    try:
+        from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+
+        PrioritizedSampler(max_capacity=8, alpha=ALPHA, beta=BETA)  # its C++ sum tree loads only with its torch
+        made["TorchRL"] = TorchRL
+    except Exception as e:  # not installed, or its C++ extension not loadable with this torch
+        missing["TorchRL"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return made, missing
+
+
+def interleaved(libs: list, rounds: int, steps: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """lib name -> op name (and "step") -> [(wall ms, thread CPU ms)] per step."""
+    out = {lib.name: {} for lib in libs}
+    for r in range(rounds):
+        gc.collect()
+        for lib in libs[r % len(libs):] + libs[: r % len(libs)]:
+            for _ in range(steps):
+                tot_w = tot_c = 0.0
+                for name, fn in lib.ops():
+                    w0, c0 = time.perf_counter(), time.thread_time()
+                    fn()
+                    w, c = (time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3
+                    out[lib.name].setdefault(name, []).append((w, c))
+                    tot_w, tot_c = tot_w + w, tot_c + c
+                out[lib.name].setdefault("step", []).append((tot_w, tot_c))
+                lib.advance()
+    return out
+
+
+def summary(ts: list[tuple[float, float]]) -> dict[str, float]:
+    w, c = [t[0] for t in ts], [t[1] for t in ts]
+    return {"wall_min": min(w), "wall_med": statistics.median(w), "cpu_min": min(c), "cpu_med": statistics.median(c)}
+
+
+def bench_peers(sizes: list[int], rounds: int, steps: int) -> dict:
+    made, missing = peer_factories()
+    res = {}
+    for n_target in sizes:
+        n = max(2, round(n_target / PER_STEP)) * PER_STEP
+        libs = []
+        for name, make in list(made.items()):
+            try:
+                libs.append(make(n))
+            except Exception as e:  # e.g. a peer whose native part fails only once used: report it, go on
+                missing[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                del made[name]
+        times = interleaved(libs, rounds, steps)
+        res[n] = {name: {op: summary(ts) for op, ts in ops.items()} for name, ops in times.items()}
+        del libs
+        gc.collect()
+    return {"rows": res, "missing": missing}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_child(name: str, n: int) -> dict:
+    made, _ = peer_factories()
+    base = rss_bytes()
+    lib = made[name](n)
+    for _ in range(20):
+        for _, fn in lib.ops():
+            fn()
+        lib.advance()
+    gc.collect()
+    out = {"rss_per_row": (rss_bytes() - base) / n}
+    if isinstance(lib, Ours):
+        out["nbytes_per_row"] = lib.buf.storage.nbytes() / len(lib.buf)
+    return out
+
+
+def bench_rss(sizes: list[int]) -> dict:
+    made, _ = peer_factories()
+    res = {}
+    for n_target in sizes:
+        n = round(n_target / PER_STEP) * PER_STEP
+        for name in made:
+            if name == "ours, with repl.":
+                continue
+            p = subprocess.run([sys.executable, __file__, "--rss-child", name, str(n)], capture_output=True, text=True)
+            res.setdefault(n, {})[name] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else p.stderr[-300:]
+    return res
+
+
+def make_batch(n_groups, group_size, seed, max_prompt, max_completion):
+    """Random fresh batch (int32 ids, bool masks, as the built-in trainer hands them over): uniform prompt and
+    completion lengths, binary rewards."""
     g = torch.Generator().manual_seed(seed)
     B = n_groups * group_size
     group_ids = torch.arange(B) // group_size
@@ -72,221 +280,164 @@ def make_batch(n_groups, group_size, step, seed, max_prompt, max_completion, nar
     plen = torch.randint(1, max_prompt + 1, (B,), generator=g)
     clen = torch.randint(1, max_completion + 1, (B,), generator=g)
     P, C = int(plen.max()), int(clen.max())
-    pmask = (torch.arange(P)[None] >= P - plen[:, None]).long()
-    cmask = (torch.arange(C)[None] < clen[:, None]).long()
-    ids, m = (torch.int32, torch.bool) if narrow else (torch.int64, torch.int64)
-    pmask = pmask.to(m)
-    cmask_t = cmask.to(m)
+    pmask = torch.arange(P)[None] >= P - plen[:, None]
+    cmask = torch.arange(C)[None] < clen[:, None]
     return RolloutBatch.fresh(
-        prompt_ids=(torch.randint(1, 50_000, (B, P), generator=g) * pmask).to(ids),
-        prompt_mask=pmask,
-        completion_ids=(torch.randint(1, 50_000, (B, C), generator=g) * cmask).to(ids),
-        completion_mask=cmask_t,
-        behaviour_logps=-torch.rand(B, C, generator=g) * cmask,
-        advantages=adv,
-        rewards=rewards,
-        group_ids=group_ids,
-        group_std=std,
-        step=step,
-    )
+        prompt_ids=(torch.randint(1, 50_000, (B, P), generator=g) * pmask).int(), prompt_mask=pmask,
+        completion_ids=(torch.randint(1, 50_000, (B, C), generator=g) * cmask).int(), completion_mask=cmask,
+        behaviour_logps=-torch.rand(B, C, generator=g) * cmask, advantages=adv, rewards=rewards,
+        group_ids=group_ids, group_std=std, step=0)
 
 
-def fill(buf, n_rows, rows_per_add, completion):
-    chunk = make_batch(rows_per_add // 8, 8, 0, 0, 16, completion)
-    while len(buf) < n_rows:
-        buf.add(chunk, 0)
+def copy_pairs(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBatch) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(source, destination) arrays whose copies move what one step's bookkeeping must move: each fresh field
+    into rows of its arena's width (the rest of a row zeroed), and each field of the replay batch out."""
+    st, n = buf.storage, len(fresh)
+    pairs = []
+    widths = st.arena_widths()
+    for field, arena in (("prompt_ids", "prompt_ids"), ("completion_ids", "comp_ids"), ("behaviour_logps", "logps")):
+        src = getattr(fresh, field).numpy()
+        W, w = widths[arena], src.shape[1]
+        dst = np.zeros((n, W), src.dtype)
+        if W > w:
+            pairs.append((np.zeros((n, W - w), src.dtype), dst[:, w:] if arena != "prompt_ids" else dst[:, : W - w]))
+        pairs.append((src, dst[:, :w] if arena != "prompt_ids" else dst[:, W - w :]))
+    for t in vars(replay).values():
+        if isinstance(t, torch.Tensor):
+            a = t.numpy()
+            pairs.append((a.copy(), np.empty_like(a)))
+    return pairs
 
 
-def bench_size(n, repeats):
-    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, capacity=None), seed=0)
-    fill(buf, n, 1024, completion=16)
-    sample_ms = timeit(lambda: buf.sampler.sample(buf.storage, 512, buf.rng), repeats)
-    fresh = make_batch(32, 8, 1, 1, 16, 16)
-
-    def step():
-        buf.add(fresh, 1)
-        buf.evict(1)
-        compose_batch(fresh, buf, 1)
-
-    step_ms = timeit(step, repeats)
-    return {"N": n, "sample512_ms": sample_ms, "step_ms": step_ms, "bytes_per_rollout": buf.storage.nbytes() / len(buf)}
+_SCRATCH = np.zeros(0, np.uint8)
 
 
-def _median_ms(fn, repeats):
-    """(median wall ms, median CPU ms) of fn()."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append((time.perf_counter() - t0) * 1e3)
-        cpu.append((time.process_time() - c0) * 1e3)
-    return statistics.median(wall), statistics.median(cpu)
+def flush_caches() -> None:
+    """Write 64 MB, more than the last-level cache holds: what a step reads next comes from memory, as in a
+    trainer, whose model work between two steps evicts the buffer's data from the caches."""
+    global _SCRATCH
+    if not len(_SCRATCH):
+        _SCRATCH = np.zeros(64 << 20, np.uint8)
+    _SCRATCH += 1
 
 
-def bench_paper_default(repeats):
+def bench_paper_default(repeats: int) -> dict:
     cfg = ReplayConfig(warmup_steps=0)
     buf = ReplayBuffer(cfg, seed=0)
-    fresh = make_batch(64, 8, 0, 1, 256, 2048)  # completion lengths uniform in 1..2048: mean ~1k tokens
+    fresh = make_batch(64, 8, 1, 256, 2048)
     for t in range(11):
         buf.add(fresh, t)
     n_replay = round(cfg.replay_ratio * len(fresh))
-    names = ("evict", "sample", "gather", "compose", "add")
-    parts = {k: [] for k in names}
-    cpu = {k: [] for k in names}  # process CPU time (all threads): less sensitive to other load than wall time
+    names = ("evict", "sample", "gather", "add", "compose")
+    times = {k: [] for k in names}
+    replay = None
     for s in range(11, 11 + repeats):
-        out = replay = None
+        flush_caches()
         for k in names:
-            t0, c0 = time.perf_counter(), time.process_time()
+            w0, c0 = time.perf_counter(), time.thread_time()
             if k == "evict":
                 buf.evict(s)
             elif k == "sample":
-                out = buf.sampler.sample(buf.storage, n_replay, buf.rng)
+                slots = buf.sampler.sample(buf.storage, n_replay, buf.rng)
             elif k == "gather":
-                replay = buf.gather(out)
-            elif k == "compose":  # the composition compose_batch runs, and the micro-batches the trainer cuts
-                composed, _ = fresh_anchored(fresh, lambda n: replay, cfg.replay_ratio, buf.rng)
-                micro = list(composed.micro_batches(None))
-            else:
+                replay = buf.gather(slots)
+            elif k == "add":
                 buf.add(fresh, s)
-            parts[k].append((time.perf_counter() - t0) * 1e3)
-            cpu[k].append((time.process_time() - c0) * 1e3)
-    assert sum(len(m) for m in micro) == len(fresh) + n_replay
-    stored, nbytes = len(buf), buf.storage.nbytes()
-    med = {k: statistics.median(v) for k, v in parts.items()}
-    # The padded concatenation the composition no longer makes: what reading a whole-batch token field of the
-    # composed batch costs (ComposedBatch.dense), and the floor under it: its bytes copied once into
-    # tensors allocated beforehand.
-    dense = RolloutBatch.concat([fresh, replay])
-    concat_ms = _median_ms(lambda: RolloutBatch.concat([fresh, replay]), repeats)
-    fields = [t for t in vars(dense).values() if isinstance(t, torch.Tensor)]
-    dst = [torch.empty_like(t) for t in fields]
-    floor_ms = _median_ms(lambda: [d.copy_(t) for d, t in zip(dst, fields)], repeats)
-    # What TRL and verl hand over: int64 ids and masks. add narrows them (and checks the id range); a
-    # concatenation with them is int64 (the wider dtype). And the cast the built-in trainer's generation
-    # makes on the model's device, here on the CPU.
-    wide = make_batch(64, 8, 0, 1, 256, 2048, narrow=False)
-    steps = iter(range(11 + repeats, 11 + 2 * repeats))
-    wide_add = _median_ms(lambda: (buf.evict(s := next(steps)), buf.add(wide, s)), repeats)  # includes the evict
-    wide_concat = _median_ms(lambda: RolloutBatch.concat([wide, replay]), repeats)
-    narrow_ms = _median_ms(lambda: (wide.prompt_ids.int(), wide.prompt_mask.bool(), wide.completion_ids.int(),
-                                    wide.completion_mask.bool()), repeats)
-    book = [sum(parts[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
-    book_cpu = [sum(cpu[k][i] for k in ("evict", "sample", "gather", "add")) for i in range(repeats)]
-    return {"stored": stored, "fresh": len(fresh), "replay": n_replay, "fresh_tokens": int(fresh.completion_mask.sum()),
-            "ms": med, "cpu_ms": {k: statistics.median(v) for k, v in cpu.items()},
-            "bookkeeping_ms": statistics.median(book), "bookkeeping_cpu_ms": statistics.median(book_cpu),
-            "bytes_per_rollout": nbytes / stored,
-            "concat_bytes": sum(t.numel() * t.element_size() for t in fields), "concat_ms": concat_ms,
-            "copy_floor_ms": floor_ms, "wide_add_ms": wide_add, "wide_concat_ms": wide_concat,
-            "wide_concat_bytes": sum(t.numel() * t.element_size() for t in vars(RolloutBatch.concat([wide, replay])).values()
-                                     if isinstance(t, torch.Tensor)),
-            "narrow_ms": narrow_ms}
+            else:  # what compose_batch does after the draw, and the micro-batches the trainer cuts
+                composed, _ = fresh_anchored(fresh, lambda n: replay, cfg.replay_ratio, buf.rng)
+                list(composed.micro_batches(None))
+            times[k].append(((time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3))
+    pairs = copy_pairs(buf, fresh, replay)
+    fresh_mask = fresh.completion_mask.numpy()
+    floor = []
+    for _ in range(repeats):
+        flush_caches()
+        w0, c0 = time.perf_counter(), time.thread_time()
+        np.count_nonzero(fresh_mask)  # any layout reads the fresh mask once, to learn the rows' lengths
+        for src, dst in pairs:
+            np.copyto(dst, src)
+        floor.append(((time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3))
+    book = [tuple(sum(times[k][i][j] for k in ("evict", "sample", "gather", "add")) for j in (0, 1)) for i in range(repeats)]
+    return {"stored": len(buf), "fresh": len(fresh), "replay": n_replay, "bytes_per_row": buf.storage.nbytes() / len(buf),
+            "ops": {k: summary(v) for k, v in times.items()}, "bookkeeping": summary(book), "floor": summary(floor),
+            "floor_bytes": sum(d.nbytes for _, d in pairs),
+            "real_token_bytes": int(fresh.completion_mask.sum()) * 8 + int(replay.completion_mask.sum()) * 9}
 
 
-def bench_peers(repeats, sizes=PEER_SIZES):
-    """Runs inside the peers' interpreter; returns {N: {name: ms or error string}}."""
-    out = {}
-    for n in sizes:
-        rng = np.random.default_rng(0)
-        prio = rng.random(n) + 1e-6
-        row = {}
-        for replacement in (False, True):
-            buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=None, capacity=None, replacement=replacement), seed=0)
-            fill(buf, n, 8192, completion=4)
-            row["ours" + ("_repl" if replacement else "")] = timeit(lambda: buf.sampler.sample(buf.storage, 512, buf.rng), repeats)
-        try:
-            from tensordict import TensorDict
-            from torchrl.data import LazyTensorStorage
-            from torchrl.data import ReplayBuffer as TRB
-            from torchrl.data.replay_buffers.samplers import PrioritizedSampler
-
-            trb = TRB(storage=LazyTensorStorage(n), sampler=PrioritizedSampler(max_capacity=n, alpha=0.5, beta=0.0), batch_size=512)
-            trb.extend(TensorDict({"a": torch.zeros(n)}, batch_size=[n]))
-            trb.update_priority(torch.arange(n), torch.from_numpy(prio).float())
-            row["torchrl"] = timeit(lambda: trb.sample(), repeats)
-        except Exception as e:  # not installed, or its C++ segment tree not built for this torch
-            row["torchrl"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        try:
-            import cpprb
-
-            crb = cpprb.PrioritizedReplayBuffer(n, {"a": {"shape": 1}}, alpha=0.5)
-            crb.add(a=np.zeros((n, 1)), priorities=prio)
-            row["cpprb"] = timeit(lambda: crb.sample(512, beta=0.0), repeats)
-        except Exception as e:
-            row["cpprb"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        out[n] = row
-    return out
-
-
-def machine():
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}; python {platform.python_version()}, "
-            f"numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    return (f"{model}, {platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}; python "
+            f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
 
 
-def main():
+def print_peers(peers: dict, rounds: int, steps: int) -> None:
+    names = list(next(iter(peers["rows"].values())).keys())
+    print(f"\nequal work, {rounds} rounds x {steps} steps per library, interleaved; ms per op, wall min / median "
+          f"(thread CPU min / median):")
+    print("| N | op | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for n, row in peers["rows"].items():
+        for op in ("step", "add", "evict", "sample"):
+            cell = lambda r: (f"{r['wall_min']:.2f} / {r['wall_med']:.2f} ({r['cpu_min']:.2f} / {r['cpu_med']:.2f})"  # noqa: E731
+                              if r else "(in add)")
+            label = {"step": "**whole step**", "add": f"add {PER_STEP}", "evict": f"evict {PER_STEP} oldest",
+                     "sample": f"sample {DRAW} with data"}[op]
+            print(f"| {int(n):,} | {label} | " + " | ".join(cell(row[k].get(op)) if k in row else "n/a" for k in names) + " |")
+    print("\nwhole step, peer time / our time (medians; above 1: ours faster):")
+    for n, row in peers["rows"].items():
+        ratios = [f"{k} / {o}: {row[k]['step']['wall_med'] / row[o]['step']['wall_med']:.2f}x wall, "
+                  f"{row[k]['step']['cpu_med'] / row[o]['step']['cpu_med']:.2f}x CPU"
+                  for k in names if k in row and not k.startswith("ours") for o in ("ours", "ours, with repl.")]
+        print(f"  N = {int(n):,}: " + ("; ".join(ratios) or "no peer available"))
+    for k, why in peers["missing"].items():
+        print(f"unavailable: {k} ({why})")
+
+
+def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="1000,10000,100000,1000000")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--peers-python", default=None, help="interpreter with torchrl and cpprb installed")
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
-    ap.add_argument("--peers-only", action="store_true", help=argparse.SUPPRESS)  # the child process
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=8, help="steps per library per round")
+    ap.add_argument("--rss-sizes", default="1000000", help="sizes for the memory children ('' for none)")
+    ap.add_argument("--repeats", type=int, default=20, help="paper-default steps")
+    ap.add_argument("--skip-paper", action="store_true")
+    ap.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    if a.peers_only:
-        print(json.dumps({"machine": machine(), "rows": bench_peers(a.repeats)}))
+    torch.set_num_threads(1)
+    if a.rss_child:
+        print(json.dumps(rss_child(a.rss_child[0], int(a.rss_child[1]))))
         return
     from grpo_replay.app.provenance import git_commit
 
     print(f"{machine()}; commit {git_commit()}")
-    p = bench_paper_default(a.repeats)
-    ms = p["ms"]
-    both = lambda t: f"{t[0]:.2f} ms (CPU time {t[1]:.2f} ms)"  # noqa: E731
-    print(
-        f"\npaper default: {p['stored']:,} stored rollouts (~1k completion tokens, {p['bytes_per_rollout']:.0f} bytes each "
-        f"in the padded arena); a step of {p['fresh']} fresh rows ({p['fresh_tokens']:,} completion tokens; int32 ids, "
-        f"bool masks) + {p['replay']} replay rows, median of {a.repeats}:\n"
-        + "".join(f"  {k}: {v:.2f} ms (CPU time {p['cpu_ms'][k]:.2f} ms)\n" for k, v in ms.items())
-        + f"  bookkeeping (evict + sample + gather + add): {p['bookkeeping_ms']:.2f} ms, CPU time "
-        f"{p['bookkeeping_cpu_ms']:.2f} ms (target < 5: {'met' if p['bookkeeping_ms'] < 5 else 'missed'}); "
-        f"compose (no padded concatenation: fresh + replay segments): {ms['compose']:.2f} ms (target < 3: "
-        f"{'met' if ms['compose'] < 3 else 'missed'})\n"
-        f"  the padded concatenation, if a whole-batch token field is read (ComposedBatch.dense, once): "
-        f"{both(p['concat_ms'])}; its output ({p['concat_bytes'] / 1e6:.1f} MB) copied once into preallocated "
-        f"tensors: {both(p['copy_floor_ms'])}\n"
-        f"  int64 fresh rows (as TRL and verl hand them over): evict + add {both(p['wide_add_ms'])}; padded concatenation "
-        f"({p['wide_concat_bytes'] / 1e6:.1f} MB) {both(p['wide_concat_ms'])}; narrowing them (int32 ids, bool masks) "
-        f"on the CPU {both(p['narrow_ms'])}"
-    )
-    print("\n| stored N | sample 512 (ms) | add+evict+sample+compose, 256 fresh (ms) | bytes/rollout |")
-    print("|---|---|---|---|")
-    for n in [int(x) for x in a.sizes.split(",")]:
-        r = bench_size(n, a.repeats)
-        print(f"| {n:,} | {r['sample512_ms']:.2f} | {r['step_ms']:.2f} | {r['bytes_per_rollout']:.0f} |", flush=True)
-    if a.peers_python:
-        threads = ["--threads", str(a.threads)] if a.threads else []
-        res = subprocess.run([a.peers_python, __file__, "--peers-only", "--repeats", str(a.repeats), *threads],
-                             capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            print(f"\npeers: {a.peers_python} failed:\n{res.stderr[-2000:]}")
-            return
-        peers = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"\npeers, sample 512 of N (ms), in one process: {peers['machine']}")
-        print("| stored N | ours, without replacement | ours, with replacement | TorchRL PrioritizedSampler | cpprb PrioritizedReplayBuffer | TorchRL / ours (with repl.) | cpprb / ours (with repl.) |")
-        print("|---|---|---|---|---|---|---|")
-        errors = set()
-        for n, row in peers["rows"].items():
-            cells = []
-            for k in ("torchrl", "cpprb"):
-                if isinstance(row[k], str):
-                    errors.add(f"{k}: {row[k]}")
-            fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "n/a"  # noqa: E731
-            ratio = lambda k: f"{row[k] / row['ours_repl']:.1f}x" if isinstance(row[k], float) else "n/a"  # noqa: E731
-            cells = [fmt(row["ours"]), fmt(row["ours_repl"]), fmt(row["torchrl"]), fmt(row["cpprb"]), ratio("torchrl"), ratio("cpprb")]
-            print(f"| {int(n):,} | " + " | ".join(cells) + " |")
-        for e in sorted(errors):
-            print(f"unavailable: {e}")
+    t0 = time.perf_counter()
+    peers = bench_peers([int(x) for x in a.sizes.split(",")], a.rounds, a.steps)
+    print_peers(peers, a.rounds, a.steps)
+    if a.rss_sizes:
+        print(f"\nmemory ({PER_STEP * 20} rows turned over first): resident set growth per row, and ours' buffer/bytes per row")
+        for n, row in bench_rss([int(x) for x in a.rss_sizes.split(",")]).items():
+            cells = [f"{k} {v['rss_per_row']:.0f} B" + (f" (buffer/bytes {v['nbytes_per_row']:.0f} B)" if "nbytes_per_row" in v else "")
+                     if isinstance(v, dict) else f"{k}: failed {v!r}" for k, v in row.items()]
+            print(f"  N = {n:,}: " + "; ".join(cells))
+    if not a.skip_paper:
+        p = bench_paper_default(a.repeats)
+        fmt = lambda r: f"{r['wall_min']:.2f} / {r['wall_med']:.2f} ms (CPU {r['cpu_min']:.2f} / {r['cpu_med']:.2f})"  # noqa: E731
+        b, f = p["bookkeeping"], p["floor"]
+        print(f"\npaper default: {p['stored']:,} stored rows ({p['bytes_per_row']:.0f} bytes each), a step of {p['fresh']} "
+              f"fresh + {p['replay']} replay rows; min / median of {a.repeats}:")
+        for k, r in p["ops"].items():
+            print(f"  {k}: {fmt(r)}")
+        print(f"  bookkeeping (evict + sample + gather + add): {fmt(b)}\n  copy floor ({p['floor_bytes'] / 1e6:.1f} MB "
+              f"written, {p['floor_bytes'] / f['wall_med'] / 1e6:.1f} GB/s): {fmt(f)}\n  bookkeeping / floor (medians): "
+              f"{b['wall_med'] / f['wall_med']:.2f}x wall, {b['cpu_med'] / f['cpu_med']:.2f}x CPU (target <= 1.2)\n"
+              f"  real tokens only (ids + log-probs in, ids + log-probs + mask out): {p['real_token_bytes'] / 1e6:.1f} MB")
+    print(f"\nwhole command: {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

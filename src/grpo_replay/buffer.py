@@ -9,19 +9,19 @@ Advantages, group statistics, behaviour log-probs and the sampling weight are fr
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
 from . import buffer_state
-from .buffer_state import STATE_VERSION, BufferStateError
+from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
 from .rollout import RolloutBatch, _unchecked, check_completion_mask, check_token_ids
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
-from .storage import RolloutStorage, pack_mask, prefix_lengths, prefix_rows
+from .storage import RolloutStorage, encode_rows
 
 __all__ = ["ReplayBuffer", "BufferStateError", "STATE_VERSION"]
 
@@ -31,8 +31,8 @@ class ReplayBuffer:
 
     Holds a `RolloutStorage`, an age and a capacity `Eviction`, a `Sampler`, the priority function named by
     the config, the seeded generator the sampler draws from, and counters. Invariants: no stored row was
-    born after `last_step`; `total_added == len(self) + total_evicted_age + total_evicted_capacity +
-    total_evicted_uses + total_evicted_drift`; group
+    born after `last_step`; `totals.added == len(self) + totals.evicted()` (`BufferTotals`, also read as
+    `total_added`, `total_evicted_age`, ...); group
     keys are unique across inserts (and insertion numbers, `seq`, across the buffer's life); a saved and reloaded buffer draws exactly what the original would.
     The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
     capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one.
@@ -57,15 +57,18 @@ class ReplayBuffer:
         self.sampler = sampler or sampler_cls(self.config.replacement)
         self._priority = PRIORITIES.get(self.config.priority)
         self._next_group = 0
-        self.total_added = 0
-        self.total_evicted_age = 0
-        self.total_evicted_capacity = 0
-        self.total_evicted_uses = 0  # rows replayed max_uses times
-        self.total_evicted_drift = 0  # rows a caller evicted for drift (`evict_rows`)
+        self.totals = BufferTotals()
         self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
 
     def __len__(self) -> int:
         return len(self.storage)
+
+    # the lifetime counts (`totals`) by their attribute names
+    total_added = property(lambda self: self.totals.added)
+    total_evicted_age = property(lambda self: self.totals.evicted_age)
+    total_evicted_capacity = property(lambda self: self.totals.evicted_capacity)
+    total_evicted_uses = property(lambda self: self.totals.evicted_uses)
+    total_evicted_drift = property(lambda self: self.totals.evicted_drift)
 
     # --- Algorithm 1 step 7 -------------------------------------------------------------------------
     def add(self, batch: RolloutBatch, step: int, prompt_keys: Optional[Sequence[int]] = None) -> int:
@@ -82,20 +85,23 @@ class ReplayBuffer:
         if n == 0:
             return 0
         self._check_fresh(batch)
-        adv = batch.advantages.detach().cpu().numpy().astype(np.float32)
-        if not np.isfinite(adv).all():
-            bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
-            raise ValueError(f"ReplayBuffer.add: advantages must be finite; rows {bad} are NaN or inf")
-        std = batch.group_std.detach().cpu().numpy().astype(np.float32)
-        if not np.isfinite(std).all():
+        adv, std = _host(batch.advantages, torch.float32), _host(batch.group_std, torch.float32)
+        if not (_finite(adv) and _finite(std)):  # one reduction each; the rows are found only on failure
+            if not np.isfinite(adv).all():
+                bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
+                raise ValueError(f"ReplayBuffer.add: advantages must be finite; rows {bad} are NaN or inf")
             raise ValueError("ReplayBuffer.add: group_std must be finite")
         pk = _prompt_keys(prompt_keys, n)
-        inv = _group_index(batch.group_ids.cpu().numpy())
-        rows = _arena_rows(batch)
+        inv = _group_index(_host(batch.group_ids))
+        rows = encode_rows(
+            _host(batch.prompt_ids), _host(batch.prompt_mask), _host(batch.completion_ids), _host(batch.completion_mask),
+            _host(batch.behaviour_logps, torch.float32),
+            _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None,
+        )
         columns = {
             "birth_step": np.full(n, step, np.int64),
             "advantage": adv,
-            "reward": batch.rewards.detach().cpu().numpy().astype(np.float32),
+            "reward": _host(batch.rewards, torch.float32),
             "group_std": std,
             "group_key": self._next_group + inv,
             "prompt_key": pk,
@@ -103,24 +109,29 @@ class ReplayBuffer:
             "comp_len": rows.comp_len,
         }
         weight = np.asarray(self._priority(columns, self.config), dtype=np.float64)
-        if weight.shape != (n,) or not (np.isfinite(weight) & (weight >= 0)).all():
+        # min >= 0 fails for NaN too, max < inf for inf: two reductions, no temporary
+        if weight.shape != (n,) or not (np.minimum.reduce(weight) >= 0 and np.maximum.reduce(weight) < np.inf):
             raise ValueError(
                 f"ReplayBuffer.add: priority {self.config.priority!r} must give {n} finite weights >= 0, "
                 f"got shape {weight.shape}"
             )
         # Everything is checked: from here on the buffer changes.
-        self.storage.add({**columns, "weight": weight}, rows.prompt_ids, rows.completion, rows.prompt_mask)
+        # The storage takes one birth step as it is, and no prompt keys when there are none (all -1).
+        stored = {**columns, "birth_step": step, "weight": weight}
+        if prompt_keys is None:
+            del stored["prompt_key"]
+        self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._next_group += int(inv.max()) + 1
         self._see(step)
-        self.total_added += n
+        self.totals.added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
         self.storage.remove(evict)
-        self.total_evicted_capacity += len(evict)
+        self.totals.evicted_capacity += len(evict)
         return n
 
     def _check_fresh(self, batch: RolloutBatch) -> None:
         """Raise ValueError if `batch` cannot be stored as it is (nothing is changed)."""
-        if bool(batch.is_replay.any()):
+        if _host(batch.is_replay).any():
             raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
         for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
             if getattr(batch, name).shape != batch.completion_ids.shape:
@@ -130,12 +141,8 @@ class ReplayBuffer:
                 )
         check_token_ids(batch, "ReplayBuffer.add")
         check_completion_mask(batch.completion_mask, "ReplayBuffer.add")
-        has_ref, stored = batch.ref_logps is not None, self.storage.has_ref
-        if len(self.storage) and has_ref != stored:
-            raise ValueError(
-                f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
-                f"{'present' if stored else 'absent'} in the stored rows; all rows must agree"
-            )
+        # ref_logps present in this batch and absent in the stored rows (or the reverse): RolloutStorage.add
+        # refuses it before it changes anything
 
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
@@ -154,7 +161,7 @@ class ReplayBuffer:
         self._see(step)
         slots = self.age_eviction.select(self.storage, step)
         self.storage.remove(slots)
-        self.total_evicted_age += len(slots)
+        self.totals.evicted_age += len(slots)
         return len(slots)
 
     def sample(self, n_rows: int, step: int) -> RolloutBatch:
@@ -178,7 +185,7 @@ class ReplayBuffer:
             np.add.at(uses, slots, 1)  # with replacement a row drawn twice counts twice
             spent = np.unique(slots[uses[slots] >= self.config.max_uses])
             self.storage.remove(spent)
-            self.total_evicted_uses += len(spent)
+            self.totals.evicted_uses += len(spent)
         return batch
 
     def _decayed_weights(self, step: int) -> np.ndarray:
@@ -198,7 +205,7 @@ class ReplayBuffer:
         slots = self.storage.valid_slots()
         gone = slots[np.isin(self.storage.col("seq")[slots], seqs[seqs >= 0])]
         self.storage.remove(gone)
-        self.total_evicted_drift += len(gone)
+        self.totals.evicted_drift += len(gone)
         return len(gone)
 
     def _see(self, step: int) -> None:
@@ -207,40 +214,17 @@ class ReplayBuffer:
 
     def gather(self, slots: np.ndarray) -> RolloutBatch:
         """Padded replay batch of the given slots (prompts left-padded, completions right-padded, each to
-        the longest among these rows): one row gather per arena, no per-row work. Token fields come out in
-        the stored, narrow form (int32 ids, bool masks; see rollout.py): widening them here would double
-        the bytes written, and every consumer accepts them."""
-        st = self.storage
-        slots = np.asarray(slots, dtype=np.int64)
-        n = len(slots)
-        plen, clen = st.col("prompt_len")[slots], st.col("comp_len")[slots]
-        P = int(plen.max()) if n else 0
-        C = int(clen.max()) if n else 0
-        Wp = st.prompt_ids.shape[1]
-        arena = st.arena
-
-        def rows(a: np.ndarray, lo: int, hi: int) -> torch.Tensor:
-            # One copy of the needed columns of these rows (numpy's row gather beats torch.index_select on a
-            # column slice, which is not contiguous).
-            return torch.from_numpy(a[slots, lo:hi])
-
-        col = lambda k: torch.from_numpy(st.col(k)[slots])  # noqa: E731  (a fancy index copies)
+        the longest among these rows; `RolloutStorage.rows`). Token fields come out in the stored, narrow
+        form (int32 ids, bool masks; see rollout.py): widening them here would double the bytes written, and
+        every consumer accepts them."""
+        fields = self.storage.rows(np.asarray(slots, dtype=np.int64))
         # Built field by field with the shapes right by construction: RolloutBatch's checks are skipped.
-        return _unchecked(dict(
-            prompt_ids=rows(st.prompt_ids, Wp - P, Wp),
-            prompt_mask=torch.from_numpy(prefix_rows(plen, P, right=True)),
-            completion_ids=rows(arena["comp_ids"], 0, C),
-            completion_mask=torch.from_numpy(st.masks(slots, C)),
-            behaviour_logps=rows(arena["logps"], 0, C),
-            advantages=col("advantage"),
-            rewards=col("reward"),
-            group_ids=col("group_key"),
-            group_std=col("group_std"),
-            birth_step=col("birth_step"),
-            is_replay=torch.ones(n, dtype=torch.bool),
-            ref_logps=rows(arena["ref"], 0, C) if st.has_ref and n else None,
-            buffer_seq=col("seq"),
-        ))
+        batch = {}
+        for k, v in fields.items():  # is_replay after birth_step: the field order every replay batch has
+            batch[k] = torch.from_numpy(v) if v is not None else None
+            if k == "birth_step":
+                batch["is_replay"] = torch.ones(len(slots), dtype=torch.bool)
+        return _unchecked(batch)
 
     # --- diagnostics --------------------------------------------------------------------------------
     def stats(self, step: int) -> dict[str, Any]:
@@ -252,11 +236,11 @@ class ReplayBuffer:
             "buffer/max_age": int(ages.max()) if len(ages) else 0,
             "buffer/age_hist": np.bincount(ages.clip(min=0)).tolist() if len(ages) else [],
             "buffer/bytes": self.storage.nbytes(),
-            "buffer/evicted_age": self.total_evicted_age,
-            "buffer/evicted_capacity": self.total_evicted_capacity,
+            "buffer/evicted_age": self.totals.evicted_age,
+            "buffer/evicted_capacity": self.totals.evicted_capacity,
             # only with the option on: a default run's metrics rows keep their keys
-            **({"buffer/evicted_uses": self.total_evicted_uses} if self.config.max_uses is not None else {}),
-            **({"buffer/evicted_drift": self.total_evicted_drift} if self.config.max_drift is not None else {}),
+            **({"buffer/evicted_uses": self.totals.evicted_uses} if self.config.max_uses is not None else {}),
+            **({"buffer/evicted_drift": self.totals.evicted_drift} if self.config.max_drift is not None else {}),
         }
 
     # --- persistence ----------------------------------------------------------------------------------
@@ -266,13 +250,7 @@ class ReplayBuffer:
             "config": self.config.to_dict(),
             "rng": self.rng.bit_generator.state,
             "next_group": self._next_group,
-            "totals": {
-                "added": self.total_added,
-                "evicted_age": self.total_evicted_age,
-                "evicted_capacity": self.total_evicted_capacity,
-                "evicted_uses": self.total_evicted_uses,
-                "evicted_drift": self.total_evicted_drift,
-            },
+            "totals": self.totals.to_dict(),
             "step": self.last_step,
             "storage": self.storage.state_dict(),
             "sampler": self.sampler.state_dict(),
@@ -290,10 +268,7 @@ class ReplayBuffer:
         buffer_state.validate(state, self.config, where, parts)
         self.rng.bit_generator.state = state["rng"]
         self._next_group = int(state["next_group"])
-        totals = buffer_state.totals(state["totals"], state["version"])
-        self.total_added, self.total_evicted_age = totals["added"], totals["evicted_age"]
-        self.total_evicted_capacity = totals["evicted_capacity"]
-        self.total_evicted_uses, self.total_evicted_drift = totals["evicted_uses"], totals["evicted_drift"]
+        self.totals = BufferTotals(**buffer_state.totals(state["totals"], state["version"]))
         st = state["storage"]
         births = st["col.birth_step"][st["valid"]]
         # Version 1 files predate "step": their newest birth step is the best bound there is.
@@ -327,46 +302,21 @@ class ReplayBuffer:
         return buf
 
 
-class _ArenaRows(NamedTuple):
-    """A fresh batch as arena input (see `_arena_rows`)."""
+def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
+    """`t` as a numpy array on the host, cast to `dtype` first if it differs (any torch dtype, bfloat16
+    included): a view of a CPU tensor (no copy) where it can."""
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    try:
+        return t.numpy()  # refused for a tensor on another device or one that requires grad
+    except (RuntimeError, TypeError):
+        return t.detach().cpu().numpy()
 
-    prompt_ids: np.ndarray  # (n, P') any integer dtype, real tokens right-aligned, P' the longest prompt
-    prompt_mask: np.ndarray  # (n, P') bool: the real tokens (RolloutStorage.add zeroes the rest)
-    prompt_len: np.ndarray  # (n,) int64
-    comp_len: np.ndarray  # (n,) int64, last counted completion position + 1
-    completion: dict[str, Optional[np.ndarray]]  # comp_ids, mask (packed or None), logps, ref: for RolloutStorage.add
 
-
-def _arena_rows(batch: RolloutBatch) -> _ArenaRows:
-    """A fresh batch as arena input, numpy views of the batch (no copy) where it can. The completion mask
-    is packed to bits unless every row's mask is a prefix (then None: the storage rebuilds it from
-    comp_len); prompts are compacted to their real tokens (a prompt mask is normally contiguous; interior
-    zeros are squeezed out, as before)."""
-    pm = batch.prompt_mask.cpu().numpy()
-    pm = pm if pm.dtype == np.bool_ else pm != 0
-    pid = batch.prompt_ids.cpu().numpy()
-    n, P = pm.shape
-    # Left-padded with one contiguous run of real tokens in every row iff the count of real tokens equals
-    # the sum over rows of P - (first real position): one early-stopping search and one flat count.
-    first = np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
-    plen = np.where(pm[np.arange(n), first], P - first, 0) if P else first
-    if np.count_nonzero(pm) != int(plen.sum()):  # rare: move real tokens to the right, in order
-        plen = np.count_nonzero(pm, axis=1).astype(np.int64)
-        order = np.argsort(pm, axis=1, kind="stable")
-        pid, pm = np.take_along_axis(pid, order, 1), prefix_rows(plen, P, right=True)
-    Pw = int(plen.max()) if n else 0
-    cm = batch.completion_mask.cpu().numpy()
-    cm = cm if cm.dtype == np.bool_ else cm != 0
-    packed, comp_len = None, prefix_lengths(cm)
-    if comp_len is None:
-        packed, comp_len = pack_mask(cm)
-    completion = {
-        "comp_ids": batch.completion_ids.cpu().numpy(),
-        "mask": packed,
-        "logps": batch.behaviour_logps.detach().cpu().float().numpy(),
-        "ref": batch.ref_logps.detach().cpu().float().numpy() if batch.ref_logps is not None else None,
-    }
-    return _ArenaRows(pid[:, P - Pw :], pm[:, P - Pw :], plen.astype(np.int64, copy=False), comp_len, completion)
+def _finite(a: np.ndarray) -> bool:
+    """True if every entry is finite: a NaN or inf makes the sum non-finite, and a float64 sum of float32
+    values cannot overflow."""
+    return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))
 
 
 def _step_arg(step: Any, where: str) -> int:

@@ -15,13 +15,14 @@ import json
 import os
 import zipfile
 import zlib
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from .errors import UsageError
-from .storage import COLUMNS, _LENGTH_COLUMNS
+from .storage import SAVED_COLUMNS
 
 STATE_VERSION = 5
 # 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
@@ -31,7 +32,6 @@ STATE_VERSION = 5
 # "storage_scalars.widths" (the arenas are then sized to the widest stored row)
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 OLD_TOTALS = ("added", "evicted_age", "evicted_capacity")
-TOTALS = OLD_TOTALS + ("evicted_uses", "evicted_drift")
 CHECKSUM_VERSIONS = (3, 4, 5)  # the versions whose checksum is verified (the same function since version 3)
 NEW_CONFIG_FIELDS = ("max_drift", "fill_filtered", "max_uses", "age_decay")
 JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sampler", "age_eviction",
@@ -39,7 +39,7 @@ JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sample
 SCALAR_KEYS = {"count", "seq", "has_ref"}
 WIDTH_KEYS = ("prompt_ids", "comp_ids", "logps", "mask", "ref")  # storage_scalars.widths: arena -> allocated width
 ARRAY_DTYPES: dict[str, Any] = {
-    **{f"col.{k}": np.dtype(dt) for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS},
+    **{f"col.{k}": np.dtype(dt) for k, dt in SAVED_COLUMNS.items()},
     "valid": np.dtype(np.bool_),
     "free": np.dtype(np.int64),
     "prompt_len": np.dtype(np.int64),
@@ -50,6 +50,27 @@ ARRAY_DTYPES: dict[str, Any] = {
     "mask": np.dtype(np.bool_),
     "ref": np.dtype(np.float32),
 }
+
+
+@dataclass
+class BufferTotals:
+    """A buffer's lifetime row counts: rows added, and rows evicted by each cause. Invariant (kept by
+    `ReplayBuffer`): added == stored + the four evicted counts. Saved as the state's "totals" (`TOTALS` keys)."""
+
+    added: int = 0
+    evicted_age: int = 0  # older than tau_max
+    evicted_capacity: int = 0  # past the capacity backstop
+    evicted_uses: int = 0  # replayed max_uses times
+    evicted_drift: int = 0  # evicted by a caller for drift (`ReplayBuffer.evict_rows`)
+
+    def evicted(self) -> int:
+        return self.evicted_age + self.evicted_capacity + self.evicted_uses + self.evicted_drift
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+TOTALS = tuple(f.name for f in fields(BufferTotals))  # OLD_TOTALS, then evicted_uses and evicted_drift
 
 
 class BufferStateError(UsageError):

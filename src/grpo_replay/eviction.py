@@ -30,8 +30,7 @@ class AgeEviction(Eviction):
     def select(self, storage: RolloutStorage, step: Optional[int]) -> np.ndarray:
         if self.tau_max is None or step is None or len(storage) == 0:
             return np.zeros(0, dtype=np.int64)
-        too_old = storage.valid & (storage.col("birth_step") < step - self.tau_max)
-        return np.flatnonzero(too_old)
+        return storage.born_before(step - self.tau_max)  # rows by birth step: O(rows evicted), not O(N)
 
 
 class CapacityEviction(Eviction):

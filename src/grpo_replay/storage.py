@@ -14,16 +14,33 @@ and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed 
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
-A sum tree over the slots' sampling weights (0 for free slots) lets the sampler draw in O(k log N) instead
-of touching every stored weight. It is brought up to date when read (`tree`): add and remove only mark
-their slots, so a slot freed and refilled between two reads is updated once, and nothing is updated while
-the sampler does not use the tree (below its size threshold).
+A sum tree over the slots' sampling weights lets the sampler draw in O(k log N) instead of touching every
+stored weight; its leaves are the weight column (0 for a free slot), so the weights are kept once. Its sums are
+brought up to date when read (`tree`): add and remove only record their slots, so a read recomputes just the
+sums above the leaves changed since the last one (a slot freed and refilled in between once), and nothing is
+recomputed while the sampler does not use the tree (below its size threshold).
+
+Rows are also listed by birth step (one entry per insert, in birth order: rows arrive in it, a late one is
+filed in its place), so age eviction reads only the rows it evicts. The scalar columns, the free-slot stack and
+the tree live in one allocation, so growing the storage hands the old one back to the system whole; the columns
+that hold a default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated
+on first use. `encode_rows` (padding.py) turns a fresh batch's arrays into `add`'s input, and `rows` gives
+padded rows back for slots: only this module and padding.py know the arenas.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
+
+from .padding import (EncodedRows, RowWriter, encode_rows, pack_mask, packed_width, prefix_lengths, prefix_rows, repad,
+                      resize_rows)
+from .sumtree import SumTree
+from .sumtree import capacity as tree_capacity
+
+__all__ = ["COLUMNS", "SAVED_COLUMNS", "EncodedRows", "RolloutStorage", "StoredRow", "SumTree", "encode_rows",
+           "pack_mask", "prefix_lengths", "prefix_rows"]
 
 # name -> dtype of the scalar columns kept per slot
 COLUMNS: dict[str, Any] = {
@@ -36,11 +53,15 @@ COLUMNS: dict[str, Any] = {
     "weight": np.float64,  # sampling weight, frozen at insertion like the advantage it derives from
     "seq": np.int64,  # insertion counter: the capacity backstop evicts the smallest first
     "uses": np.int64,  # times the row has been replayed (ReplayConfig.max_uses evicts at the limit)
-    "prompt_len": np.int64,  # real prompt tokens (right-aligned in the prompt arena)
-    "comp_len": np.int64,  # last counted completion position + 1
+    "prompt_len": np.int32,  # real prompt tokens (right-aligned in the prompt arena)
+    "comp_len": np.int32,  # last counted completion position + 1
 }
+# Columns holding this value in every row until a caller stores another: not allocated until then.
+_LAZY_COLUMNS: dict[str, int] = {"prompt_key": -1, "uses": 0}
 # Derived from the token arrays in the saved state, so not saved as columns (keeps the file format).
 _LENGTH_COLUMNS = ("prompt_len", "comp_len")
+# The saved columns and their dtypes in the file ("col.<name>").
+SAVED_COLUMNS: dict[str, Any] = {k: dt for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS}
 # completion arenas: name -> dtype ("mask" holds packed bits: 8 completion positions a byte)
 COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.uint8, "logps": np.float32, "ref": np.float32}
 
@@ -55,113 +76,144 @@ class StoredRow(NamedTuple):
     ref: Optional[np.ndarray]  # float32 reference log-probs, None when the rows carry none
 
 
-class SumTree:
-    """Complete binary tree of partial sums over `n` leaves (float64); node i = node 2i + node 2i+1."""
-
-    def __init__(self, n: int):
-        self.cap = 1 << max(0, int(n - 1).bit_length())
-        self.t = np.zeros(2 * self.cap, dtype=np.float64)
-
-    @property
-    def total(self) -> float:
-        return float(self.t[1])
-
-    def rebuild(self, leaves: np.ndarray) -> None:
-        self.t[:] = 0.0
-        self.t[self.cap : self.cap + len(leaves)] = leaves
-        lo = self.cap // 2
-        while lo >= 1:
-            self.t[lo : 2 * lo] = self.t[2 * lo : 4 * lo : 2] + self.t[2 * lo + 1 : 4 * lo : 2]
-            lo //= 2
-
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves idx (unique) to values and recompute their ancestors (each parent from its children,
-        so the tree never accumulates rounding drift and equals a rebuild exactly)."""
-        if len(idx) == 0:
-            return
-        idx = np.asarray(idx, dtype=np.int64)
-        lo, hi = int(idx.min()), int(idx.max()) + 1
-        if hi - lo == len(idx):  # a contiguous range (the usual case): ancestors are ranges too
-            self.t[self.cap + lo : self.cap + hi][idx - lo] = values
-            lo, hi = lo + self.cap, hi + self.cap
-            while lo > 1:
-                lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
-                self.t[lo:hi] = self.t[2 * lo : 2 * hi : 2] + self.t[2 * lo + 1 : 2 * hi : 2]
-            return
-        i = np.sort(idx) + self.cap
-        self.t[i] = np.asarray(values, dtype=np.float64)[np.argsort(idx, kind="stable")]
-        while i[0] > 1:
-            i = i >> 1
-            i = i[np.concatenate(([True], i[1:] != i[:-1]))]
-            self.t[i] = self.t[2 * i] + self.t[2 * i + 1]
-
-    def find(self, u: np.ndarray) -> np.ndarray:
-        """Leaf index of each prefix-sum target u in [0, total): the first leaf whose cumulative sum exceeds u."""
-        i = np.ones(len(u), dtype=np.int64)
-        u = np.array(u, dtype=np.float64)
-        while self.cap > 1 and i[0] < self.cap:
-            left = self.t[2 * i]
-            right = u >= left
-            u -= np.where(right, left, 0.0)
-            i = 2 * i + right
-        return i - self.cap
-
-
 class RolloutStorage:
     """Stored rollouts, one slot each: scalar columns (`COLUMNS`), token arenas and a sum tree of weights.
 
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
-    unoccupied slots (reused last-in first-out); every occupied slot has `prompt_len` real prompt tokens
-    right-aligned in `prompt_ids` and `comp_len` completion positions (up to its last counted token)
-    left-aligned in the completion arenas, its mask packed in the mask arena unless `dense[s]` (mask = the
-    first comp_len positions); the tree that `tree` returns has leaf s = `weight[s]` for an occupied slot
-    and 0 otherwise (leaves of slots marked in `_stale`, and their ancestors, may lag until then); `has_ref` says whether the stored rows carry reference log-probs (None when empty), and
-    all stored rows agree on it.
+    unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has
+    `prompt_len` real prompt tokens right-aligned in `prompt_ids` and `comp_len` completion positions (up to
+    its last counted token) left-aligned in the completion arenas, its mask packed in the mask arena unless
+    `dense[s]` (mask = the first comp_len positions); the weight column is the sum tree's leaves, 0 for a
+    free slot, and the tree that `tree` returns sums them (the ancestors of the slots in `_changed` lag
+    until then); every
+    occupied slot is in the entry of `_born` with its birth step (entries sorted by birth step; an entry
+    may also list slots freed or refilled since, which `born_before` tells apart by their birth step);
+    `has_ref` says whether the stored rows carry reference log-probs (None when empty), and all stored rows
+    agree on it.
     """
 
     def __init__(self, initial_slots: int = 1024):
-        self._cols = {k: np.zeros(initial_slots, dtype=dt) for k, dt in COLUMNS.items()}
-        self.valid = np.zeros(initial_slots, dtype=bool)
-        self.dense = np.zeros(initial_slots, dtype=bool)
-        self._free: list[int] = list(range(initial_slots - 1, -1, -1))  # pop() yields slot 0 first
+        self._cols, self.valid, self.dense, self._free, tree = _slot_columns(initial_slots)
+        self._free[:] = np.arange(initial_slots - 1, -1, -1)  # the top (the end) is slot 0
+        self._n_free = initial_slots
         self._count = 0
         self._seq = 0
         self.prompt_ids = np.zeros((initial_slots, 0), dtype=np.int32)
         self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
         self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
-        self._tree = SumTree(initial_slots)
-        self._stale = np.zeros(initial_slots, dtype=bool)  # slots whose leaf (and ancestors) await `tree`
-        self._any_stale = False
+        self._tree = SumTree(initial_slots, tree)
+        self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
+        self._n_changed = 0
+        self._born: list[tuple[int, Any]] = []  # (birth step, a slice or int32 slots) per insert, by birth step
+        self._births: list[int] = []  # the birth steps of `_born`, for bisect
 
     def __len__(self) -> int:
         return self._count
 
     def col(self, name: str) -> np.ndarray:
+        """The column over all slots (a view: writes go to the storage); a lazy column is allocated here."""
+        if name not in self._cols and name in _LAZY_COLUMNS:
+            self._cols[name] = np.full(self.slots, _LAZY_COLUMNS[name], COLUMNS[name])
         return self._cols[name]
+
+    def _col_values(self, name: str) -> np.ndarray:
+        """The column over all slots without allocating a lazy one (then a read-only array of its default)."""
+        if name in self._cols:
+            return self._cols[name]
+        return np.broadcast_to(np.array(_LAZY_COLUMNS[name], COLUMNS[name]), (self.slots,))
 
     def valid_slots(self) -> np.ndarray:
         return np.flatnonzero(self.valid)
 
+    def born_before(self, step: int) -> np.ndarray:
+        """Sorted slots (int64) of the stored rows born before `step`: reads only the entries of `_born` that
+        are older (O(rows returned), plus the slots freed among them since)."""
+        found = []
+        for birth, at in self._born:
+            if birth >= step:
+                break
+            found.append(self._still_born(birth, at))
+        if not found:
+            return np.zeros(0, np.int64)
+        if len(found) == 1:
+            return found[0] if isinstance(self._born[0][1], slice) else np.sort(found[0])
+        # A slot freed and refilled by rows of the same birth step may be listed by two entries: count it once.
+        return np.unique(np.concatenate(found))
+
+    def _still_born(self, birth: int, at) -> np.ndarray:
+        """Slots (int64) of an entry of `_born` (a slice or int32 slots) that still hold rows of its birth step."""
+        keep = self.valid[at] & (self._cols["birth_step"][at] == birth)
+        return np.flatnonzero(keep) + at.start if isinstance(at, slice) else at[keep].astype(np.int64)
+
+    def _file_births(self, at, births) -> None:
+        """List new rows in `_born`: one entry per birth step among them (a slice when their slots are one
+        ascending run, as usual: no memory per row), each in its place by birth step. `births`: the rows'
+        birth steps, or one int for all."""
+        if isinstance(births, (int, np.integer)):
+            lo = hi = int(births)
+        else:
+            births = np.asarray(births)
+            lo, hi = int(births.min()), int(births.max())
+        if lo == hi:
+            groups = [(lo, at if isinstance(at, slice) else at.astype(np.int32))]
+        else:
+            slots = np.arange(at.start, at.stop) if isinstance(at, slice) else at
+            groups = [(int(b), slots[births == b].astype(np.int32)) for b in np.unique(births)]
+        for b, s in groups:
+            if not self._births or b >= self._births[-1]:
+                self._born.append((b, s))
+                self._births.append(b)
+            else:  # a late row: filed among the rows of its birth step
+                i = bisect_right(self._births, b)
+                self._born.insert(i, (b, s))
+                self._births.insert(i, b)
+
+    def _drop_dead_births(self) -> None:
+        """Drop the oldest entries of `_born` while none of their slots still holds a row of that birth step."""
+        births = self._cols["birth_step"]
+        while self._born:
+            b, at = self._born[0]
+            if (self.valid[at] & (births[at] == b)).any():
+                return
+            del self._born[0], self._births[0]
+
+    def _rebuild_births(self) -> None:
+        slots = self.valid_slots()
+        self._born, self._births = [], []
+        if len(slots):
+            self._file_births(slots, self._cols["birth_step"][slots])
+
     @property
     def tree(self) -> SumTree:
-        """The sum tree, its stale leaves (slots added or removed since the last read) updated first."""
-        if self._any_stale:
-            idx = np.flatnonzero(self._stale)
-            self._stale[idx] = False
-            self._any_stale = False
-            self._tree.set(idx, np.where(self.valid[idx], self._cols["weight"][idx], 0.0))
+        """The sum tree, the leaves of the slots added or removed since the last read updated first."""
+        if self._changed is None:
+            self._rebuild_tree()
+        elif self._changed:
+            parts = [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in self._changed]
+            idx = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            self._changed, self._n_changed = [], 0
+            self._tree.refresh(idx)  # the leaves are the weight column, up to date already
         return self._tree
 
-    def _mark_stale(self, slots: np.ndarray) -> None:
-        self._stale[slots] = True
-        self._any_stale = True
+    def _mark_changed(self, slots) -> None:
+        """Record slots (an array or a slice) whose leaves `tree` must update; past an eighth of the slots a
+        rebuild costs less, and the record stops growing while nothing reads the tree."""
+        if self._changed is None:
+            return
+        self._n_changed += (slots.stop - slots.start) if isinstance(slots, slice) else len(slots)
+        if self._n_changed > max(1024, self.slots // 8):
+            self._changed = None
+        else:
+            self._changed.append(slots)
 
     def _rebuild_tree(self) -> None:
-        self._tree = SumTree(self.slots)
-        self._tree.rebuild(np.where(self.valid, self._cols["weight"], 0.0))
-        self._stale = np.zeros(self.slots, dtype=bool)
-        self._any_stale = False
+        self._tree.rebuild(self._cols["weight"], keep=self.valid)
+        self._changed, self._n_changed = [], 0
+
+    def arena_widths(self) -> dict[str, int]:
+        """Allocated width of each arena (prompt_ids and `COMPLETION_FIELDS`; the mask's in packed bytes)."""
+        return {"prompt_ids": int(self.prompt_ids.shape[1]), **{k: int(a.shape[1]) for k, a in self.arena.items()}}
 
     @property
     def slots(self) -> int:
@@ -170,13 +222,19 @@ class RolloutStorage:
     def _grow(self, needed: int) -> None:
         old = self.slots
         new = max(old + old // 4, needed, 1)  # geometric (amortised O(1) a row), 25 % slack at most
-        for k in self._cols:
-            self._cols[k] = _resize_rows(self._cols[k], new)
-        self.valid = _resize_rows(self.valid, new)
-        self.dense = _resize_rows(self.dense, new)
-        self.prompt_ids = _resize_rows(self.prompt_ids, new)
-        self.arena = {k: _resize_rows(a, new) for k, a in self.arena.items()}
-        self._free.extend(range(new - 1, old - 1, -1))
+        cols, valid, dense, free, tree = _slot_columns(new)
+        for k, a in self._cols.items():
+            if k in _LAZY_COLUMNS:
+                cols[k] = np.full(new, _LAZY_COLUMNS[k], a.dtype)
+            cols[k][:old] = a
+        valid[:old], dense[:old] = self.valid, self.dense
+        self._cols, self.valid, self.dense = cols, valid, dense
+        self.prompt_ids = resize_rows(self.prompt_ids, new)
+        self.arena = {k: resize_rows(a, new) for k, a in self.arena.items()}
+        free[: self._n_free] = self._free[: self._n_free]
+        free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
+        self._free, self._n_free = free, self._n_free + new - old
+        self._tree = SumTree(new, tree)
         self._rebuild_tree()
 
     def _widen(self, prompt_width: int, comp_width: int) -> None:
@@ -188,7 +246,7 @@ class RolloutStorage:
             self.prompt_ids = new
         self.width = max(self.width, comp_width)
         for k, a in self.arena.items():
-            W = _packed(comp_width) if k == "mask" else comp_width
+            W = packed_width(comp_width) if k == "mask" else comp_width
             if W > a.shape[1] and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
                 new = np.zeros((self.slots, W), a.dtype)
                 new[:, : a.shape[1]] = a
@@ -203,8 +261,9 @@ class RolloutStorage:
     ) -> np.ndarray:
         """Store n rows; returns their slots.
 
-        `scalars` maps every column except seq and uses (0 for a new row) to an array of length n; `prompt_ids` (n, P) of any integer
-        dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
+        `scalars` maps every column except seq and uses (0 for a new row) to an array of length n, or to one
+        value for all (birth_step: an int); prompt_key may be left out (-1 for every row). `prompt_ids`
+        (n, P) of any integer dtype is left-padded (cast to int32 on the copy), with zeros unless `prompt_mask` (n, P) bool is
         given: positions where it is False are then stored as 0. `completion` maps comp_ids, logps and ref
         (None when the rows carry no reference log-probs) to right-padded (n, C) arrays of any dtype, cast on
         the copy, and mask to the packed mask of `pack_mask`, or to None when every row's mask is its first
@@ -218,12 +277,12 @@ class RolloutStorage:
                 f"ReplayBuffer.add: ref_logps {'present' if has_ref else 'absent'} in this batch but "
                 f"{'present' if self.has_ref else 'absent'} in the stored rows; all rows must agree"
             )
-        if len(self._free) < n:
+        if self._n_free < n:
             self._grow(self._count + n)
         self._widen(prompt_ids.shape[1], completion["comp_ids"].shape[1])
-        slots = np.array(self._free[len(self._free) - n :][::-1], dtype=np.int64)
-        del self._free[len(self._free) - n :]
-        rows = _Rows(slots)
+        self._n_free -= n
+        slots = self._free[self._n_free : self._n_free + n][::-1].astype(np.int64)
+        rows = RowWriter(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
         if not dense:
@@ -233,14 +292,20 @@ class RolloutStorage:
                 rows.put(self.arena[k], completion[k])
         at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
         for k, arr in scalars.items():
-            self._cols[k][at] = arr
+            if k in self._cols:
+                self._cols[k][at] = arr
+            elif (np.asarray(arr) != _LAZY_COLUMNS[k]).any():  # a lazy column's first non-default value
+                self.col(k)[at] = arr
         self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
-        self._cols["uses"][at] = 0
+        for k, default in _LAZY_COLUMNS.items():  # allocated, not given: the default (uses: 0 for a new row)
+            if k in self._cols and k not in scalars:
+                self._cols[k][at] = default
         self._seq += n
         self.valid[at] = True
         self.dense[at] = dense
         self._count += n
-        self._mark_stale(at)
+        self._mark_changed(at)
+        self._file_births(at, scalars["birth_step"])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -250,13 +315,16 @@ class RolloutStorage:
         if not self.valid[slots].all():
             raise KeyError("RolloutStorage.remove: slot not occupied")
         self.valid[slots] = False
+        self._cols["weight"][slots] = 0.0  # a free slot's leaf
         # Arena rows are left as they are: add overwrites a row's whole width before it is read again.
         # Reverse so that the lowest freed slot is reused first, keeping the layout compact and deterministic.
-        self._free.extend(sorted(slots.tolist(), reverse=True))
+        self._free[self._n_free : self._n_free + len(slots)] = np.sort(slots)[::-1]
+        self._n_free += len(slots)
         self._count -= len(slots)
         if self._count == 0:
             self.has_ref = None
-        self._mark_stale(slots)
+        self._mark_changed(slots)
+        self._drop_dead_births()
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
@@ -264,10 +332,39 @@ class RolloutStorage:
         clen, dense = self._cols["comp_len"][slots], self.dense[slots]
         if dense.all():
             return prefix_rows(clen, width)
-        out = np.unpackbits(self.arena["mask"][slots, : _packed(width)], axis=1, count=width).view(np.bool_)
+        out = np.unpackbits(self.arena["mask"][slots, : packed_width(width)], axis=1, count=width).view(np.bool_)
         if dense.any():
             out[dense] = prefix_rows(clen[dense], width)
         return out
+
+    def rows(self, slots: np.ndarray) -> dict[str, Optional[np.ndarray]]:
+        """The rows at `slots` (int64) as padded arrays keyed by `RolloutBatch` field (all but is_replay):
+        prompt_ids (n, P) int32 and prompt_mask (n, P) bool left-padded, completion_ids (n, C) int32,
+        completion_mask (n, C) bool, behaviour_logps and ref_logps (n, C) float32 (ref_logps None without
+        reference log-probs) right-padded, P and C the longest among these rows; one row gather per arena,
+        no per-row work; then the scalar columns (n,) (advantages, rewards, group_ids, group_std,
+        birth_step, buffer_seq)."""
+        n = len(slots)
+        plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
+        P = int(plen.max()) if n else 0
+        C = int(clen.max()) if n else 0
+        Wp, a = self.prompt_ids.shape[1], self.arena
+        col = self._cols
+        # numpy's row gather of a column range (one copy) beats torch.index_select on a column slice
+        return {
+            "prompt_ids": self.prompt_ids[slots, Wp - P : Wp],
+            "prompt_mask": prefix_rows(plen, P, right=True),
+            "completion_ids": a["comp_ids"][slots, :C],
+            "completion_mask": self.masks(slots, C),
+            "behaviour_logps": a["logps"][slots, :C],
+            "advantages": col["advantage"][slots],
+            "rewards": col["reward"][slots],
+            "group_ids": col["group_key"][slots],
+            "group_std": col["group_std"][slots],
+            "birth_step": col["birth_step"][slots],
+            "ref_logps": a["ref"][slots, :C] if self.has_ref and n else None,
+            "buffer_seq": col["seq"][slots],
+        }
 
     def tokens(self, slot: int) -> StoredRow:
         """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
@@ -283,9 +380,10 @@ class RolloutStorage:
         )
 
     def nbytes(self) -> int:
-        """Bytes held: columns, arenas (every allocated slot at the arena's width; the ref arena only once
-        rows carry reference log-probs) and the sum tree."""
-        arrays = [*self._cols.values(), self.valid, self.dense, self.prompt_ids, self._tree.t, self._stale, *self.arena.values()]
+        """Bytes held: columns, the free-slot stack, arenas (every allocated slot at the arena's width; the ref
+        arena only once rows carry reference log-probs) and the sum tree."""
+        cols = [a for k, a in self._cols.items() if k != "weight"]  # the weights are the tree's leaves
+        arrays = [*cols, self.valid, self.dense, self._free, self.prompt_ids, self._tree.t, *self.arena.values()]
         return int(sum(a.nbytes for a in arrays))
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
@@ -304,11 +402,11 @@ class RolloutStorage:
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
         state: dict[str, Any] = {
-            f"col.{k}": np.where(self.valid, v, 0).astype(v.dtype) for k, v in self._cols.items() if k not in _LENGTH_COLUMNS
+            f"col.{k}": np.where(self.valid, self._col_values(k), 0).astype(SAVED_COLUMNS[k]) for k in SAVED_COLUMNS
         }
         state.update(
             valid=self.valid.copy(),
-            free=np.asarray(self._free, dtype=np.int64),
+            free=self._free[: self._n_free].astype(np.int64),
             count=self._count,
             seq=self._seq,
             prompt_len=plen.astype(np.int64),
@@ -320,19 +418,24 @@ class RolloutStorage:
             has_ref=has_ref,
             ref=flat("ref").astype(np.float32) if has_ref else np.zeros(0, np.float32),
             # the arenas' allocated widths, so that a restored storage holds the same bytes as the saved one
-            widths={"prompt_ids": W, **{k: int(a.shape[1]) for k, a in self.arena.items()}},
+            widths=self.arena_widths(),
         )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from `state_dict` output; the caller (ReplayBuffer.load) has validated it."""
         n_slots = len(state["valid"])
-        self._cols = {k: np.zeros(n_slots, dt) for k, dt in COLUMNS.items()}
-        self.valid = np.array(state["valid"], dtype=bool)
-        for k, dt in COLUMNS.items():
-            if k not in _LENGTH_COLUMNS:
-                self._cols[k] = np.where(self.valid, np.asarray(state[f"col.{k}"], dtype=dt), 0).astype(dt)
-        self._free = [int(x) for x in state["free"]]
+        self._cols, self.valid, self.dense, self._free, tree = _slot_columns(n_slots)
+        self._tree = SumTree(n_slots, tree)
+        self.valid[:] = state["valid"]
+        for k, dt in SAVED_COLUMNS.items():
+            v = np.where(self.valid, np.asarray(state[f"col.{k}"]), 0)
+            if k not in _LAZY_COLUMNS:
+                self._cols[k][:] = v
+            elif (v[self.valid] != _LAZY_COLUMNS[k]).any():
+                self.col(k)[:] = np.where(self.valid, v, _LAZY_COLUMNS[k])
+        self._n_free = len(state["free"])
+        self._free[: self._n_free] = state["free"]
         self._count = int(state["count"])
         self._seq = int(state["seq"])
         slots = self.valid_slots()
@@ -343,11 +446,11 @@ class RolloutStorage:
         P = int(plen.max()) if len(plen) else 0
         C = int(clen.max()) if len(clen) else 0
         # Saved widths (format 5 on) restore the arenas as allocated; older files: the widest stored row.
-        widths = state.get("widths") or {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": _packed(C),
+        widths = state.get("widths") or {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": packed_width(C),
                                           "ref": C if state["has_ref"] else 0}
         self.has_ref = bool(state["has_ref"]) if self._count else None
         self.prompt_ids = np.zeros((n_slots, widths["prompt_ids"]), np.int32)
-        self.prompt_ids[slots] = _repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
+        self.prompt_ids[slots] = repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
         self.width = widths["comp_ids"]
         self.arena = {}
         for k, dt in COMPLETION_FIELDS.items():
@@ -355,127 +458,30 @@ class RolloutStorage:
             if k == "ref" and not self.has_ref:
                 continue
             if k == "mask":
-                m = _repad(state[k], clen, C, np.bool_, left=False)
-                self.arena[k][slots, : _packed(C)] = np.packbits(m, axis=1)
-                self.dense = np.zeros(n_slots, bool)
+                m = repad(state[k], clen, C, np.bool_, left=False)
+                self.arena[k][slots, : packed_width(C)] = np.packbits(m, axis=1)
                 self.dense[slots] = np.count_nonzero(m, axis=1) == clen
             else:
-                self.arena[k][slots] = _repad(state[k], clen, widths[k], dt, left=False)
+                self.arena[k][slots] = repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
+        self._rebuild_births()
 
 
-class _Rows:
-    """Writes n rows into arenas at `slots`: through a view when the slots are one ascending run (the usual
-    case with LIFO reuse), else through one block per arena. One copy per arena (cast on the copy, only
-    the batch's own width), the rest of each row zeroed; no per-row work."""
-
-    def __init__(self, slots: np.ndarray):
-        self.slots, self.n = slots, len(slots)
-        self.lo = int(slots[0]) if self.n else 0
-        self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool((np.diff(slots) == 1).all())
-
-    def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False, keep: Optional[np.ndarray] = None) -> None:
-        """`keep` (bool, src's shape): write 0 where it is False (a multiply: the zeroing costs no extra pass)."""
-        W, w = arena.shape[1], src.shape[1]
-        dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
-        if left:  # right-aligned
-            dst[:, : W - w] = 0
-            if keep is None:
-                dst[:, W - w :] = src
-            else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
-                np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
-        else:
-            dst[:, :w] = src
-            dst[:, w:] = 0
-        if not self.run:
-            arena[self.slots] = dst
+def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the eager `COLUMNS`, valid, dense, the free-slot stack (int32), the sum tree's nodes, whose leaves are
+    the weight column) for n slots, zeros, as views into one allocation: large, so the allocator maps it on its own and returns it to the
+    system whole when the storage grows past it (separate arrays of a few MB each would stay in its heap)."""
+    kinds = [(k, np.dtype(dt), n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
+    kinds += [("free", np.dtype(np.int32), n), ("tree", np.dtype(np.float64), 2 * tree_capacity(n)),
+              ("valid", np.dtype(bool), n), ("dense", np.dtype(bool), n)]
+    kinds.sort(key=lambda k: -k[1].itemsize)  # widest first: every view stays aligned
+    block = np.zeros(sum(dt.itemsize * m for _, dt, m in kinds), np.uint8)
+    views, at = {}, 0
+    for k, dt, m in kinds:
+        views[k] = block[at : at + dt.itemsize * m].view(dt)
+        at += dt.itemsize * m
+    tree = views.pop("tree")
+    views["weight"] = tree[tree_capacity(n) : tree_capacity(n) + n]  # the tree's leaves are the weight column
+    return views, views.pop("valid"), views.pop("dense"), views.pop("free"), tree
 
 
-def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(packed mask (n, ceil(C/8)) uint8, lengths (n,) int64) of an (n, C) mask of any dtype: an entry counts
-    when it is nonzero; a row's length is its last counted position + 1."""
-    mask = np.asarray(mask)
-    packed = np.packbits(mask if mask.dtype == np.bool_ else mask != 0, axis=1)  # a bool mask packs as it is
-    return packed, _packed_lengths(packed, mask.shape[1])
-
-
-def prefix_lengths(mask: np.ndarray) -> Optional[np.ndarray]:
-    """(n,) int64 lengths of an (n, C) bool mask whose every row is True exactly at its first positions,
-    else None. Two cheap passes (a first-False search that stops early, one flat count) instead of packing."""
-    n, C = mask.shape
-    if n == 0 or C == 0:
-        return np.zeros(n, np.int64)
-    first_false = np.argmin(mask, axis=1)  # 0 also when a row is all True
-    lengths = np.where((first_false == 0) & mask[:, 0], C, first_false)
-    # A row holds at least its prefix's Trues: equal totals mean no row has a True past its prefix.
-    return lengths if np.count_nonzero(mask) == int(lengths.sum()) else None
-
-
-def prefix_rows(lengths: np.ndarray, width: int, right: bool = False) -> np.ndarray:
-    """(len(lengths), width) bool: row i True at its first lengths[i] positions (its last, if `right`).
-
-    A row gather from a read-only "staircase" view (row k: k Trues) of one cached array: a copy per row,
-    where a broadcast comparison costs several times more."""
-    global _STAIR
-    if width == 0:
-        return np.zeros((len(lengths), 0), bool)
-    base = _STAIR  # one read: another thread may replace it
-    W = len(base) // 3
-    if width > W:
-        W = max(width, 2 * W)
-        base = np.ones(3 * W, bool)
-        base[W : 2 * W] = False
-        base.flags.writeable = False
-        _STAIR = base
-    # _STAIR: W Trues, W Falses, W Trues. Row k starts at W - k (left: k Trues, then Falses) or at
-    # 2W - width + k (right: width - k Falses, then k Trues); rows are read forwards, so each is one memcpy.
-    offset, row_step = (W, -1) if not right else (2 * W - width, 1)
-    stair = np.ndarray((width + 1, width), bool, buffer=base, offset=offset, strides=(row_step, 1))
-    return stair[np.minimum(lengths, width)]
-
-
-_STAIR = np.zeros(0, bool)
-
-
-def _packed(width: int) -> int:
-    """Bytes of a packed mask row of `width` positions."""
-    return (width + 7) // 8
-
-
-# _LAST_BIT[b]: 1 + the position (0 = high bit) of the last set bit of byte b; 0 for b = 0
-_LAST_BIT = np.array([0] + [8 - ((b & -b).bit_length() - 1) for b in range(1, 256)], dtype=np.int64)
-
-
-def _packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
-    """(n,) int64: last set position + 1 of each packed mask row (0 for an all-zero row).
-
-    Searched a word (8 bytes) at a time: the last nonzero word of each row, then its last nonzero byte,
-    then that byte's last set bit; a byte-wise search costs as much as packing the mask."""
-    n, nb = packed.shape
-    if n == 0 or width == 0 or nb == 0:
-        return np.zeros(n, np.int64)
-    nw = -(-nb // 8)
-    if nb % 8 or not packed.flags.c_contiguous:
-        padded = np.zeros((n, 8 * nw), np.uint8)
-        padded[:, :nb] = packed
-        packed = padded
-    rows = np.arange(n)
-    nz = packed.view(np.uint64)[:, ::-1] != 0  # (n, nw), reversed: argmax finds the last nonzero word
-    word = nw - 1 - np.argmax(nz, axis=1)
-    last8 = packed.reshape(n, nw, 8)[rows, word]  # (n, 8) bytes of that word, in position order
-    byte = 7 - np.argmax(last8[:, ::-1] != 0, axis=1)
-    return np.where(nz.any(1), 8 * (8 * word + byte) + _LAST_BIT[last8[rows, byte]], 0)
-
-
-def _resize_rows(a: np.ndarray, rows: int) -> np.ndarray:
-    out = np.zeros((rows,) + a.shape[1:], dtype=a.dtype)
-    out[: len(a)] = a
-    return out
-
-
-def _repad(flat: np.ndarray, lengths: np.ndarray, width: int, dtype, left: bool) -> np.ndarray:
-    """(len(lengths), width) array with each row's tokens from the concatenation `flat`, padded with zeros."""
-    keep = prefix_rows(lengths, width, right=left)
-    out = np.zeros(keep.shape, dtype)
-    out[keep] = np.asarray(flat, dtype)
-    return out

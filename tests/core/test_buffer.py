@@ -281,3 +281,34 @@ def test_age_decay_weighs_whole_groups_too():
     for t in range(4):
         plain.add(make_batch(2, 4, step=t, seed=t), t)
     assert any(plain.sample(8, 4).birth_step.tolist() != [3] * 8 for _ in range(5))
+
+
+def test_the_totals_record_counts_every_row_once_and_is_what_the_state_saves():
+    from grpo_replay.buffer_state import TOTALS, BufferTotals
+
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=1, capacity=24, max_uses=1), seed=0)
+    for step in range(6):
+        buf.add(make_batch(2, 4, step=step, seed=step), step)
+        buf.sample(4, step + 1)
+    t = buf.totals
+    assert isinstance(t, BufferTotals) and t.evicted_age and t.evicted_uses
+    assert t.added == 48 == len(buf) + t.evicted()
+    assert (buf.total_added, buf.total_evicted_age, buf.total_evicted_uses) == (t.added, t.evicted_age, t.evicted_uses)
+    assert buf.state_dict()["totals"] == t.to_dict() and tuple(t.to_dict()) == TOTALS
+
+
+def test_rows_added_without_prompt_keys_get_minus_one_also_in_refilled_slots(tmp_path):
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=0, capacity=None), seed=0)
+    buf.add(make_batch(2, 4, step=0), 0)
+    assert (buf.storage.col("prompt_key")[buf.storage.valid_slots()] == -1).all()
+    buf.evict(1)
+    buf.add(make_batch(2, 4, step=1, seed=1), 1, prompt_keys=list(range(10, 18)))
+    first = buf.storage.valid_slots()
+    assert buf.storage.col("prompt_key")[first].tolist() == list(range(10, 18))
+    buf.evict(2)
+    buf.add(make_batch(2, 4, step=2, seed=2), 2)  # refills the same slots, no keys given
+    assert np.array_equal(buf.storage.valid_slots(), first)
+    assert (buf.storage.col("prompt_key")[first] == -1).all()
+    buf.save(tmp_path / "b")
+    back = ReplayBuffer.load(tmp_path / "b")
+    assert (back.storage.col("prompt_key")[back.storage.valid_slots()] == -1).all()

@@ -203,3 +203,59 @@ def test_tree_read_after_any_adds_and_removes_equals_a_rebuild():
             ref = SumTree(st.slots)
             ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
             assert np.array_equal(st.tree.t, ref.t)
+
+
+def _add_born(st, rng, births):
+    n = len(births)
+    packed, clen = pack_mask(np.ones((n, 2)))
+    completion = {"comp_ids": np.ones((n, 2)), "mask": packed, "logps": np.zeros((n, 2)), "ref": None}
+    cols = {**_columns(n), "birth_step": np.asarray(births), "weight": rng.random(n), "prompt_len": np.ones(n),
+            "comp_len": clen}
+    return st.add(cols, np.ones((n, 1), np.int32), completion)
+
+
+def test_born_before_equals_a_scan_of_every_row_and_reads_only_the_oldest_entries():
+    """Rows listed by birth step (late rows, scattered removals, slots refilled at the same step) give what a
+    scan of the birth column gives; entries whose rows are all gone leave the list from its old end."""
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        st, step = RolloutStorage(initial_slots=4), 0
+        for _ in range(40):
+            r = rng.random()
+            occupied = st.valid_slots()
+            if r < 0.3 and len(occupied):
+                st.remove(rng.choice(occupied, int(rng.integers(1, len(occupied) + 1)), replace=False))
+            elif r < 0.4:  # a late insert, or one batch spanning several birth steps
+                _add_born(st, rng, rng.integers(max(0, step - 5), step + 1, int(rng.integers(1, 6))))
+            else:
+                step += int(rng.integers(0, 2))
+                _add_born(st, rng, np.full(int(rng.integers(1, 6)), step))
+            cutoff = int(rng.integers(0, step + 2))
+            slots = st.valid_slots()
+            expected = slots[st.col("birth_step")[slots] < cutoff]
+            assert np.array_equal(st.born_before(cutoff), expected)
+            births = [b for b, _ in st._born]
+            assert births == sorted(births) == st._births
+        old = st.born_before(step + 1)
+        st.remove(old)
+        assert len(st) == 0 and st._born == []  # every entry dropped once its rows are gone
+
+
+def test_a_draw_updates_only_the_tree_leaves_that_changed(monkeypatch):
+    """Between two reads of the tree, adds and removes are recorded, and the read refreshes the sums above
+    exactly those leaves (a slot freed and refilled once); the tree still equals a rebuild."""
+    rng = np.random.default_rng(1)
+    st = RolloutStorage(initial_slots=4096)
+    _add_born(st, rng, np.zeros(3000, np.int64))
+    st.tree  # noqa: B018  (brought up to date)
+    seen = []
+    real_refresh = SumTree.refresh
+    monkeypatch.setattr(SumTree, "refresh", lambda self, idx: (seen.append(np.asarray(idx).copy()), real_refresh(self, idx)))
+    gone = st.born_before(1)[:256]
+    st.remove(gone)
+    new = _add_born(st, rng, np.ones(256, np.int64))
+    assert np.array_equal(np.sort(new), np.sort(gone))  # LIFO reuse: the freed slots are refilled
+    ref = SumTree(st.slots)
+    ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
+    assert np.array_equal(st.tree.t, ref.t)
+    assert len(seen) == 1 and np.array_equal(np.sort(seen[0]), np.sort(gone))

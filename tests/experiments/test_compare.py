@@ -131,7 +131,23 @@ def test_full_setting_arms():
     assert arms["grpo_cm"].overrides["prompts_per_step"] == round(1.5 * FULL.overrides["prompts_per_step"])
     assert arms["tau_none"].overrides["replay.tau_max"] is None
     # The full setting runs the paper's comparisons; the options have their own longer setting (PLAN.md, F).
-    assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot"}
+    assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot", "alternatives", "alternatives_pilot"}
+
+
+def test_the_alternatives_comparison_holds_grpo_more_epochs_dapo_and_replay_each_a_valid_config(tmp_path, capsys):
+    arms = make_arms(FULL)
+    want = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "paper", "fill", "fill_mu2")
+    assert COMPARISONS["alternatives"].arms == want
+    assert set(want) - {"paper"} <= set(COMPARISONS["alternatives_pilot"].arms)  # what the pilot decides on
+    cfgs = {a: resolve(dict(arms[a].overrides)) for a in (*want, "dapo_r3")}
+    assert [cfgs[a].update_epochs for a in want] == [1, 2, 4, 1, 1, 1, 2]
+    assert cfgs["dapo"].dynamic_sampling and cfgs["dapo"].max_generation_rounds == 10 and cfgs["dapo"].replay.replay_ratio == 0
+    assert cfgs["dapo_r3"].max_generation_rounds == 3 and cfgs["dapo"].eval_every == cfgs["dapo_r3"].eval_every == 10
+    assert cfgs["fill_mu2"].replay.fill_filtered and cfgs["fill"].replay.fill_filtered
+    assert not arms["dapo"].same_budget and all(arms[a].same_budget for a in want if a != "dapo")  # DAPO generates more
+    assert main(["compare", "--comparisons", "alternatives", "--seeds", "2", "--out", str(tmp_path), "--dry-run"]) == 0
+    planned = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("todo")]
+    assert planned == [a for a in want for _ in range(2)]
 
 
 def test_every_option_arm_is_the_paper_plus_one_valid_option_and_the_chosen_ones_exist():

@@ -42,7 +42,8 @@ TO_TRL = {
     "replay.": (None, None, None),  # every replay field, below
 }
 # key -> a value refused with backend=trl
-REFUSED = {"micro_batch_size": 4, "generator": "vllm", "drift_probe": 8}
+REFUSED = {"micro_batch_size": 4, "generator": "vllm", "drift_probe": 8, "update_epochs": 2, "dynamic_sampling": True,
+           "max_generation_rounds": 3}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
 # keys used by the command around TRL (evaluation, reward scoring, warm start, the real-model path, callbacks):
 # each is exercised by the tests named here.
 AROUND = {

@@ -36,7 +36,7 @@ def _step(batch, aggregation, max_drift, micro):
     model = _Toy()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    cfg = types.SimpleNamespace(micro_batch_size=micro, temperature=1.0, max_grad_norm=0.0,
+    cfg = types.SimpleNamespace(micro_batch_size=micro, temperature=1.0, max_grad_norm=0.0, update_epochs=1,
                                 replay=types.SimpleNamespace(max_drift=max_drift))
     stats = _update(model, opt, sched, batch, LossConfig(aggregation=aggregation, max_completion_length=7), cfg)
     return model.emb.weight.detach(), stats

@@ -48,6 +48,7 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         Arm("prio_uniform", "uniform priority (fresh-anchored, rollout level; = alpha 0)", {"preset": "paper", "replay.priority": "uniform"}),
         Arm("alpha1", "alpha=1 (proportional to |A|)", {"preset": "paper", "replay.alpha": 1.0}),
         *option_arms(),
+        *alternative_arms(),
         Arm(
             "grpo_cm",
             f"compute-matched GRPO ({cm_prompts} prompts/step = (1 + replay_ratio) x {ppp})",
@@ -82,6 +83,34 @@ def option_arms() -> list[Arm]:
 
 # The value of each option the `options` comparison runs, chosen on the pilot (docs/results/PLAN.md, section F).
 OPTIONS_CHOSEN = ("drift0.3", "fill", "uses3", "decay10")
+
+
+DAPO_EVAL_EVERY = 10
+"""Steps between the DAPO arms' held-out evaluations: about 4 generation rounds a step on the default testbed (3 of 4
+groups have zero variance there), so 10 steps are about as many rollouts as 50 steps of the other arms."""
+
+
+def alternative_arms() -> list[Arm]:
+    """What a user would try instead of replay to get more out of each generated rollout (docs/method.md,
+    "Baselines without replay"): more updates per generation batch (mu, `update_epochs`) and DAPO's dynamic
+    sampling; and the paper's method + fill_filtered with mu = 2. DAPO generates more rollouts per step than
+    the rest (the rounds it needs), so it is not at the same budget per step: read it on the generated axis. It
+    evaluates every DAPO_EVAL_EVERY steps, so that its curve has about as many points per generated rollout as
+    the others' at eval_every=50 (evaluation forks the random generators: the training run is the same)."""
+    dapo = {"preset": "grpo", "dynamic_sampling": True, "eval_every": DAPO_EVAL_EVERY}
+    return [
+        Arm("grpo_mu2", "GRPO, mu=2 updates per batch", {"preset": "grpo", "update_epochs": 2}),
+        Arm("grpo_mu4", "GRPO, mu=4 updates per batch", {"preset": "grpo", "update_epochs": 4}),
+        Arm("dapo", "DAPO dynamic sampling (GRPO, up to 10 generation rounds)", dapo, same_budget=False),
+        Arm("dapo_r3", "DAPO dynamic sampling (GRPO, up to 3 generation rounds)", {**dapo, "max_generation_rounds": 3},
+            same_budget=False),
+        Arm("fill_mu2", "paper + fill_filtered, mu=2", {"preset": "paper", "replay.fill_filtered": True, "update_epochs": 2}),
+    ]
+
+
+# The arms of the `alternatives` comparison, fixed before its pilot (docs/results/PLAN.md, section G): the pilot may
+# drop grpo_mu4 and fill_mu2 and may swap dapo for dapo_r3 by the rules written there, never add an arm.
+ALTERNATIVES_CHOSEN = ("grpo_mu2", "grpo_mu4", "dapo", "paper", "fill", "fill_mu2")
 
 
 @dataclass(frozen=True)
@@ -127,6 +156,16 @@ COMPARISONS: dict[str, Comparison] = {
             "Does an option added to the paper's method reach GRPO's accuracy with fewer generated rollouts?",
         ),
         Comparison(
+            "alternatives_pilot", "Replay vs more updates per batch and dynamic sampling: pilot",
+            ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "fill", "fill_mu2"),
+            "Which mu, which round cap and whether fill_filtered + mu=2 go into the alternatives comparison (pilot seeds).",
+        ),
+        Comparison(
+            "alternatives", "Replay vs what a user would pick instead", ("grpo", *ALTERNATIVES_CHOSEN),
+            "Does replay (+ fill_filtered) beat more updates per generation batch and DAPO's dynamic sampling on "
+            "generated rollouts, update rows and training time, each at its own budget?",
+        ),
+        Comparison(
             "alpha", "Priority exponent alpha (uniform priority = alpha 0)", ("grpo", "prio_uniform", "paper", "alpha1"),
             "How sharp should the |A| priority be?",
         ),
@@ -134,7 +173,8 @@ COMPARISONS: dict[str, Comparison] = {
 }
 
 # Order in which comparisons are scheduled (and dropped first when --comparisons is narrowed): alpha last.
-PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "options_pilot", "options", "alpha")
+PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "options_pilot", "options",
+                  "alternatives_pilot", "alternatives", "alpha")
 PAPER_COMPARISONS = ("main", "tau_max", "composition", "priority", "compute", "alpha")
 """The full setting's default: the paper's comparisons (the options have their own, longer runs: docs/results/PLAN.md)."""
 

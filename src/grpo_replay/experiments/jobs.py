@@ -27,6 +27,9 @@ from .arms import Arm, seed_overrides
 # Keys that do not change what a run computes (excluded from the run-directory hash). drift_probe only adds the
 # drift/* diagnostic to metrics.jsonl (forked RNG, a no-grad pass): runs made before it existed keep their hash.
 _UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to", "drift_probe")
+# Keys hashed only away from their default: a run that leaves them alone computes what a run made before they existed
+# did (the update and the generation are the same code path), so it keeps that run's hash and directory.
+_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10}
 
 
 @dataclass
@@ -59,6 +62,9 @@ def config_hash(overrides: dict) -> str:
     flat = configio.flatten(resolve(overrides).to_dict())
     for k in _UNHASHED:
         flat.pop(k, None)
+    for k, default in _HASHED_WHEN_SET.items():
+        if flat.get(k) == default:
+            flat.pop(k)
     blob = json.dumps(flat, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 

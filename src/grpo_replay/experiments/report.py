@@ -12,7 +12,7 @@ from ..plotting import compare as plots
 from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line, run_cpu_kinds_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
-from . import paired_view
+from . import alternatives, paired_view
 from .markdown import count as _k, table as _table
 from .claims import check_claims
 from .jobs import RunSpec
@@ -104,6 +104,12 @@ def build_report(
         others = [a for a in names if a != BASE]
         if others:
             files.append(plots.paired_diff_curves(views, others, labels, comp.title, report_dir / f"paired_{c}.png"))
+        if c.startswith("alternatives"):  # the three axes and the reach of the best alternative (PLAN.md, section G)
+            dirs = {a: {s.seed: Path(s.run_dir) for s in specs if s.arm == a and any(x.seed == s.seed for x in runs[a])}
+                    for a in names}
+            sec = alternatives.section(dirs)
+            results["comparisons"][c]["alternatives"] = sec
+            files.append(plots.axes_curves(sec, names, labels, comp.title, report_dir / f"axes_{c}.png"))
     tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
     if "tau_max" in comparisons and tau_arms:
         files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))
@@ -119,6 +125,12 @@ def build_report(
 # ------------------------------------------------------------------------------------------- formatting
 def _num(c: dict, fmt: str = "{:.0f}") -> str:
     return "n/a" if not c or c.get("mean") is None else fmt.format(c["mean"])
+
+
+def _more_rollouts(results: dict) -> str:
+    """What the † arms are: compute-matched GRPO, and DAPO's dynamic sampling when one of its arms ran."""
+    dynamic = any(a["overrides"].get("dynamic_sampling") for a in results.get("arms", {}).values())
+    return "compute-matched GRPO" + (", DAPO's dynamic sampling" if dynamic else "")
 
 
 def _title(setting: Setting, extra: Optional[dict]) -> str:
@@ -144,7 +156,7 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         f"{int(100 * results['confidence'])} % t-interval in brackets; Δ columns are paired (same-seed) differences vs "
         "GRPO, in percentage points, marked * when the interval excludes 0. Accuracies are held-out accuracy in %: "
         "sampled = mean@n (the paper's metric), greedy = one greedy completion per problem. † = an arm that generates "
-        "more rollouts per step than the others (compute-matched GRPO), so at equal steps it is not at the same "
+        f"more rollouts per step than the others ({_more_rollouts(results)}), so at equal steps it is not at the same "
         "generation budget; the budget tables interpolate it at the same generated-rollout counts.",
         "",
         "Settings shared by every run (other keys: the trainer's and testbed's defaults, see each run's config.yaml): `"
@@ -192,6 +204,8 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         lines += _comparison_section(c, comp, stats, labels, budgets, files)
         png = f"paired_{c}.png" if any(Path(f).name == f"paired_{c}.png" for f in files) else None
         lines += paired_view.markdown(comp["arms"], labels, results.get("paired_view") or {}, budgets, png)
+        if "alternatives" in comp:
+            lines += alternatives.markdown(comp["arms"], labels, comp["alternatives"], f"axes_{c}.png")
 
     lines += ["## Files", "", "results.json (everything above, machine-readable), results.csv (one row per arm x metric), "
               "runs.csv (one row per run), the PNGs. Run directories: `<out>/runs/<arm>/seed<i>-<config hash>/`.", ""]

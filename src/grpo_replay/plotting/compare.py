@@ -152,3 +152,29 @@ def gain_vs_size(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
     ax.set_title("Gain over GRPO by model size: per seed (grey), mean with 95 % CI")
     ax.grid(alpha=0.3)
     return save(fig, path)
+
+
+def axes_curves(sec: dict, names: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+    """The alternatives section's figure (`experiments/alternatives.py`): mean held-out sampled accuracy with 95 %
+    bands against generated rollouts, update row-passes and training time; arms without replay dashed."""
+    from ..experiments.alternatives import ALTERNATIVES, AXES
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), sharey=True)
+    for ax, (key, name) in zip(axes, AXES):
+        for a in names:
+            c = sec["curves"].get(a, {}).get(key)
+            if not c:
+                continue
+            pts = [(x, p) for x, p in zip(c["grid"], c["ci"]) if p["mean"] is not None]
+            xs = [x for x, _ in pts]
+            m = [100 * p["mean"] for _, p in pts]
+            lo = [100 * (p["lo"] if p.get("lo") is not None else p["mean"]) for _, p in pts]
+            hi = [100 * (p["hi"] if p.get("hi") is not None else p["mean"]) for _, p in pts]
+            (line,) = ax.plot(xs, m, "--" if a in ALTERNATIVES else "-", marker=".", label=labels.get(a, a))
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_xlabel(name)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out accuracy, sampled mean@n (%)")
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle(f"{title}: mean over seeds, band = 95 % CI")
+    return save(fig, path)

@@ -5,7 +5,7 @@ One step t:
   2. score them with the verifiable reward; group-relative advantages
   3. drop groups with zero reward variance
   4-6. evict rollouts older than tau_max, sample replay rows by priority, compose fresh + replay
-       (`compose_batch`), one PPO-clip update on the composed batch
+       (`compose_batch`), one PPO-clip update on the composed batch (`update.py`; update_epochs of them)
   7. insert this step's fresh rows into the buffer with birth step t
 
 The code reads in the same order: `setup` (model, optimizer, buffer, generator), `resume` (checkpoint, logs,
@@ -13,9 +13,9 @@ first evaluation), then per step `step` (1-7 above) and `bookkeeping` (metrics r
 and `finish` (summary.json, plots).
 
 Where this departs from the paper (or the summary is silent):
-  - Behaviour log-probs of fresh rows are read off the update's own forward pass, before the optimizer
-    step: with one update per batch the policy has not moved yet, so they equal a separate no-grad
-    pass and cost nothing. Replayed rows use the log-probs stored at their birth.
+  - Behaviour log-probs of fresh rows are read off the update's own (first) forward pass, before the
+    optimizer step: the policy has not moved yet, so they equal a separate no-grad pass and cost
+    nothing. Replayed rows use the log-probs stored at their birth.
   - Step 7 inserts after the update (as in Algorithm 1), so a step never replays its own fresh rows.
   - When every group of a step has zero variance the step makes no update (nothing to learn from);
     the step counter still advances, so ages and the generation budget stay comparable across arms.
@@ -23,16 +23,17 @@ Where this departs from the paper (or the summary is silent):
   - loss.beta > 0: the KL reference is a frozen copy of the initial policy; its log-probs are measured once
     per fresh row and stored with it, so a replayed row reuses them (the reference never changes).
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
+  - Two baselines, off by default: cfg.update_epochs = mu > 1 makes mu whole-batch updates per step (the GRPO
+    paper's mu; `update.py`), cfg.dynamic_sampling generates further rounds of fresh prompts until prompts_per_step
+    groups survive the filter (DAPO; `dynamic_sampling.py`).
   - An addition, off by default: cfg.drift_probe > 0 measures the policy's drift per step on a fixed probe
     (drift/kl_1, drift/kl_tau; `drift.py`) at the start of each step, without touching the training run.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import errno
 import json
-import math
 import os
 import random
 import time
@@ -45,17 +46,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, ppo_clip_loss, split_metrics
+from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, split_metrics
 from ..app import tracking
 from ..app.console import quiet_third_party
 from ..generation.transformers import TransformersGenerator
 from ..loss import LossConfig
-from ..rollout import cat_padded
 from . import checkpoint, lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
-from .drift_bound import DriftBound, drift_metrics, evict_drifted
+from . import dynamic_sampling
+from .drift_bound import drift_metrics, evict_drifted
+from .dynamic_sampling import Round, needs_another_round
+from .dynamic_sampling import merge as merge_rounds
 from .lifecycle import HeldOut, resolve_device, write_summary
 from .logprobs import token_logps
+from .update import epoch_metrics
+from .update import update as _update  # the name tests patch
 from .memory import check_step_memory
 from .rewards import RewardScorer, SafeRewardTask
 from .train_config import TrainConfig
@@ -96,13 +101,9 @@ class Run:
 class StepOutput(NamedTuple):
     """What one step measured, for the metrics row."""
 
-    rewards: torch.Tensor  # (N,) every generated row's reward
-    keep: torch.Tensor  # (N,) bool, rows in a non-zero-variance group
-    completion_mask: torch.Tensor  # (N, C) of the generated rows
+    gen: Round  # steps 1-3: every generated row's reward, filter mask and completion mask; the kept fresh rows
     update: RolloutBatch  # the composed batch (fresh + replay) the update trained on
     stats: dict[str, Any] | None  # `_update`'s result; None when the step made no update
-    reward_counts: dict[str, Any]
-    t_generate: float  # seconds spent generating
     drift: dict[str, Any]  # drift/kl_* of the policy that made this step's update ({} when the diagnostic is off)
 
 
@@ -201,32 +202,18 @@ def step(run: Run, t: int) -> StepOutput:
     # 0. (diagnostic) drift of pi_t, the policy about to generate and update, from pi_{t-1} and pi_{t-tau_max}.
     t0 = time.perf_counter()
     drift = {**run.drift.measure(run.model, t), "time/drift_s": time.perf_counter() - t0} if run.drift is not None else {}
-    t0 = time.perf_counter()
-    # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
-    problems = run.task.sample_problems(run.prompt_rng, cfg.prompts_per_step)
-    gen = run.generator.sample([p.prompt for p in problems], cfg.group_size, run.max_new, cfg.temperature)
-    n_gen = len(gen.texts)
-    run.state["generated"] += n_gen
-    t_generate = time.perf_counter() - t0
-
-    # 2. Verifiable reward and group-relative advantages.
-    rewards_list, reward_counts = run.scorer(gen.texts, [p for p in problems for _ in range(cfg.group_size)])
-    rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
-    group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
-    advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
-
-    # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
-    keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
-    fresh = RolloutBatch.fresh(
-        prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
-        completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
-        advantages=advantages, rewards=rewards, group_ids=group_ids, group_std=group_std, step=t,
-    ).select(keep.nonzero().squeeze(1))  # behaviour log-probs: zeros, filled from the update's forward pass
+    # 1-3. Generate, score, filter. dynamic_sampling (DAPO): more rounds of fresh prompts until the batch holds
+    #      prompts_per_step groups with non-zero variance, or max_generation_rounds rounds ran.
+    rounds = [generate_round(run, t)]
+    while cfg.dynamic_sampling and needs_another_round(rounds, cfg.prompts_per_step, cfg.max_generation_rounds):
+        rounds.append(generate_round(run, t))
+    gen = merge_rounds(rounds, cfg.prompts_per_step)
+    fresh, n_gen = gen.fresh, gen.n_generated
     if run.ref_model is not None and len(fresh):
         # Stored with the row: the reference is frozen, so a replayed row's ref log-probs stay valid.
         fresh.ref_logps = _no_grad_logps(run.ref_model, fresh, cfg)  # (n_fresh, C)
 
-    # 4-6. Evict stale rows, sample replay rows, compose, one PPO-clip update.
+    # 4-6. Evict stale rows, sample replay rows, compose, update_epochs PPO-clip updates (one by default).
     n_filtered = n_gen - len(fresh) if cfg.replay.fill_filtered else None  # replay.fill_filtered: the replay count
     update, fresh_index = compose_batch(fresh, buffer, t, n_filtered) if len(fresh) or n_filtered else (fresh, torch.arange(0))
     fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
@@ -249,7 +236,35 @@ def step(run: Run, t: int) -> StepOutput:
             # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
             fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
         buffer.add(fresh, t)
-    return StepOutput(rewards, keep, gen.completion_mask, update, stats, reward_counts, t_generate, drift)
+    return StepOutput(gen, update, stats, drift)
+
+
+def generate_round(run: Run, t: int) -> Round:
+    """Steps 1-3 for `prompts_per_step` fresh prompts: generate G rollouts each with the current (behaviour)
+    policy, score them, compute group-relative advantages, drop the zero-variance groups."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    # 1. Generate G rollouts per fresh prompt with the current (behaviour) policy.
+    problems = run.task.sample_problems(run.prompt_rng, cfg.prompts_per_step)
+    gen = run.generator.sample([p.prompt for p in problems], cfg.group_size, run.max_new, cfg.temperature)
+    n_gen = len(gen.texts)
+    run.state["generated"] += n_gen  # every generated rollout counts: the budget axis
+    t_generate = time.perf_counter() - t0
+
+    # 2. Verifiable reward and group-relative advantages.
+    rewards_list, reward_counts = run.scorer(gen.texts, [p for p in problems for _ in range(cfg.group_size)])
+    rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
+    group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
+    advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
+
+    # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
+    keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
+    fresh = RolloutBatch.fresh(
+        prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
+        completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
+        advantages=advantages, rewards=rewards, group_ids=group_ids, group_std=group_std, step=t,
+    ).select(keep.nonzero().squeeze(1))  # behaviour log-probs: zeros, filled from the update's forward pass
+    return Round(fresh, rewards, keep, gen.completion_mask, reward_counts, t_generate, n_gen)
 
 
 def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: str | None = None) -> None:
@@ -285,25 +300,27 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
 
 def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]:
     """The metrics.jsonl row of step t (also sent to the report_to trackers)."""
-    stats, update = out.stats, out.update
+    stats, update, gen = out.stats, out.update, out.gen
     return {
         "step": t + 1,
         "generated": run.state["generated"],
-        "reward": float(out.rewards.mean()),
-        "frac_zero_var_groups": 1.0 - float(out.keep.view(-1, run.cfg.group_size).any(1).float().mean()),
-        "completion_len": float(out.completion_mask.sum(1).float().mean()),
+        "reward": float(gen.rewards.mean()),
+        "frac_zero_var_groups": 1.0 - float(gen.keep.view(-1, run.cfg.group_size).any(1).float().mean()),
+        "completion_len": float(gen.completion_mask.sum(1).float().mean()),
         "update_rows": len(update),
         "loss": stats["loss"] if stats else None,
         **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and run.ref_model is not None else {}),
         "grad_norm": stats["grad_norm"] if stats else None,
         "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
         "lr": run.scheduler.get_last_lr()[0],
-        **out.reward_counts,
+        **gen.reward_counts,
         **split_metrics(update, t, stats["token_stats"] if stats else None),
         **(drift_metrics(update, stats) if run.cfg.replay.max_drift is not None else {}),
         **run.buffer.stats(t + 1),
+        **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1
+        **(dynamic_sampling.metrics(gen) if run.cfg.dynamic_sampling else {}),
         **out.drift,  # drift/kl_1, drift/kl_tau (and time/drift_s) when cfg.drift_probe > 0
-        "time/generate_s": out.t_generate,
+        "time/generate_s": gen.t_generate,
         "time/step_s": time.perf_counter() - t0,
     }
 
@@ -346,65 +363,6 @@ def finish(run: Run) -> dict[str, Any]:
 
 def _evaluate(run: Run) -> dict[str, Any]:
     return run.held_out(run.model)
-
-
-def _update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfig, cfg: TrainConfig) -> dict[str, Any]:
-    """One optimizer step on the composed batch, accumulated over micro-batches.
-
-    Each micro-batch's loss is weighted by its share of the normaliser (tokens for token_mean, rows
-    otherwise), so the accumulated gradient equals the whole-batch loss's gradient. Micro-batches are cut
-    from each segment of the composed batch (fresh rows, then replay rows: `ComposedBatch.micro_batches`),
-    as views: the segments are never copied into one batch, and each is padded only to its own width. So
-    without micro_batch_size a fresh-anchored update is two forward passes, the fresh rows and the replay
-    rows. dr_grpo's normaliser stays the whole update's completion width."""
-    B = len(batch)
-    device = next(model.parameters()).device
-    micro = list(batch.micro_batches(cfg.micro_batch_size))
-    total_tokens = sum(p.completion_mask.sum() for p in micro).clamp(min=1).to(device)
-    width = batch.completion_width()
-    if loss_cfg.max_completion_length is None and width > 0:
-        loss_cfg = dataclasses.replace(loss_cfg, max_completion_length=width)
-    optimizer.zero_grad(set_to_none=True)
-    logps_all, stats_all, loss_sum = [], [], 0.0
-    bound = DriftBound(cfg.replay.max_drift) if cfg.replay.max_drift is not None else None
-    for part in micro:
-        part = part.to(device)  # the loss needs every tensor on the model's device
-        logps = token_logps(model, part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask, cfg.temperature)  # (b, C)
-        # Fresh rows were generated by the current parameters: their behaviour log-probs are these values.
-        fresh_rows = ~part.is_replay
-        part.behaviour_logps = torch.where(fresh_rows.unsqueeze(1), logps.detach(), part.behaviour_logps)
-        part = bound.apply(part, logps) if bound is not None else part  # replay.max_drift: drifted rows leave the loss
-        loss, st = ppo_clip_loss(logps, part, loss_cfg)
-        weight = (part.completion_mask.sum() / total_tokens) if loss_cfg.aggregation == "token_mean" else len(part) / B
-        (loss * weight).backward()
-        loss_sum += float(loss.detach()) * float(weight)
-        logps_all.append(logps.detach().cpu())
-        stats_all.append({k: v.cpu() for k, v in st.items()})
-    factor, kept_any = bound.finish(model, loss_cfg.aggregation) if bound is not None else (1.0, True)
-    loss_sum *= factor
-    finite = math.isfinite(loss_sum)
-    grad_norm = None
-    if finite and kept_any:
-        params = [p for p in model.parameters() if p.grad is not None]
-        # max_norm=inf measures the norm (to catch NaN/inf gradients) without scaling: clipping disabled.
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf))
-        finite = math.isfinite(grad_norm)
-    if finite and kept_any:  # every row dropped for drift: nothing to learn from, like an all-filtered step
-        optimizer.step()
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    # (B, C): segments have their own widths; padding positions read as the loss's own padding does
-    logps = cat_padded(logps_all, left=False, value=0.0)
-    token_stats = {k: cat_padded([s[k] for s in stats_all], left=False, value=1.0 if k == "ratio" else 0)
-                   for k in stats_all[0]}
-    return {
-        "loss": loss_sum if finite and kept_any else None,
-        "grad_norm": grad_norm,
-        "finite": finite,
-        "fresh_logps": logps[~batch.is_replay],
-        "token_stats": token_stats,
-        **(bound.stats() if bound is not None else {}),
-    }
 
 
 @torch.no_grad()

@@ -55,6 +55,21 @@ class TrainConfig:
     """Completion budget in tokens; 0 = the task's default (testbed.max_new_tokens, or 1024 for math)."""
     micro_batch_size: int = 0
     """Rows per forward/backward pass during the update (gradient accumulation); 0 = whole batch."""
+    update_epochs: int = 1
+    """Optimizer updates per step on the step's composed batch (the GRPO paper's mu; TRL's num_iterations, verl's
+    ppo_epochs). Each is a whole-batch update accumulated over the micro-batches, not one update per micro-batch,
+    so micro_batch_size stays a memory setting that does not change the result. Every pass uses the rows'
+    behaviour log-probs (the first pass's for fresh rows, the stored ones for replayed rows), so the clip acts on
+    fresh rows from the second pass on; the learning-rate schedule advances once per step. Built-in trainer only."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (verl's algorithm.filter_groups): after the zero-variance filter, generate further
+    rounds of prompts_per_step fresh prompts until the update holds prompts_per_step groups with non-zero
+    variance (the surplus is discarded) or max_generation_rounds rounds ran; every round counts in `generated`.
+    Not with replay.fill_filtered (both refill the filtered groups). Built-in trainer only."""
+    max_generation_rounds: int = 10
+    """With dynamic_sampling: generation rounds per step at most, the first included (DAPO's recipe sets verl's
+    algorithm.filter_groups.max_num_gen_batches=10; verl's own default 0 means no cap). At the cap the step
+    trains on the groups it holds."""
     advantage_scale: str = "group"
     """group: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)."""
     eval_every: int = 25
@@ -138,6 +153,16 @@ class TrainConfig:
                 configio.bad(self, name, "an integer >= 0")
         if self.drift_probe < 0:
             configio.bad(self, "drift_probe", "an integer >= 0 (0 = off)")
+        for name in ("update_epochs", "max_generation_rounds"):
+            if getattr(self, name) < 1:
+                configio.bad(self, name, "an integer >= 1")
+        if not isinstance(self.dynamic_sampling, bool):
+            configio.bad(self, "dynamic_sampling", "true or false")
+        if not self.dynamic_sampling and self.max_generation_rounds != 10:
+            configio.bad(self, "max_generation_rounds", "10 (the default) unless dynamic_sampling is true")
+        if self.dynamic_sampling and self.replay.fill_filtered:
+            configio.bad(self, "dynamic_sampling", "false with replay.fill_filtered=true (fill_filtered replaces the "
+                         "filtered rows by replay rows, dynamic sampling by new generations: one job done twice)")
         if self.keep_checkpoints < 1:
             configio.bad(self, "keep_checkpoints", "an integer >= 1")
         for name, ok, allowed in (

@@ -30,6 +30,12 @@ KEYS: dict[str, str] = {
     "temperature": "temperature (TRL samples and computes log-probs at it; held-out sampling too)",
     "max_new_tokens": "max_completion_length (the completion budget)",
     "micro_batch_size": "refused unless 0: TRL's micro-batches are its own gradient_accumulation_steps",
+    "update_epochs": "refused unless 1: TRL's num_iterations makes each reuse one of max_steps' optimizer steps, and "
+                     "TRL's save/warm-up steps and the replay ages count those too, so every step count would change "
+                     "meaning (set num_iterations on ReplayGRPOConfig through the Python API)",
+    "dynamic_sampling": "refused unless false: TRL's GRPOTrainer generates one batch per step",
+    "max_generation_rounds": "used only with dynamic_sampling (refused with backend='trl'); TrainConfig refuses a "
+                             "non-default value without it",
     "advantage_scale": "scale_rewards (group | none)",
     "eval_every": "held-out evaluation every eval_every steps (a callback), and at the start and end",
     "eval_problems": "held-out evaluation",
@@ -78,6 +84,13 @@ def check(cfg: TrainConfig) -> None:
         raise ConfigError(f"TrainConfig.{missing[0]} has no meaning defined for backend='trl'; allowed: builtin")
     if cfg.micro_batch_size:
         _refuse("micro_batch_size", cfg.micro_batch_size, "0 with backend='trl' (the whole batch)")
+    if cfg.update_epochs != 1:
+        _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
+                "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
+                "`steps` would no longer count generations; set num_iterations on ReplayGRPOConfig in Python)")
+    if cfg.dynamic_sampling:
+        _refuse("dynamic_sampling", cfg.dynamic_sampling, "false with backend='trl' (TRL's GRPOTrainer generates one "
+                "batch per step; dynamic sampling is the built-in trainer's)")
     if cfg.generator != "transformers":
         _refuse("generator", cfg.generator, "transformers with backend='trl'")
     c = cfg.loss.dual_clip_c

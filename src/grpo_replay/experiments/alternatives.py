@@ -1,0 +1,159 @@
+"""The measures of the `alternatives` comparisons (docs/results/PLAN.md, section G): held-out accuracy on three axes,
+and per arm the generated rollouts and the training time it needs to reach the best alternative's final accuracy.
+
+Axes, per evaluation of a run: (1) generated rollouts (every generation round counts), (2) update row-passes, the
+sum over the steps so far of `update_rows` x `epochs/passes` (1 without update_epochs), (3) training time, the sum
+of `time/step_s` less `time/drift_s` (generation, scoring and updates; the held-out evaluations and the drift probe
+are not in it). The alternatives are the arms without replay (`ALTERNATIVES`); the best is the one with the highest
+mean final held-out sampled accuracy over seeds, and its final accuracy on seed s is that seed's target T_s. Every
+arm's curve on an axis is linear between evaluations; R and W are where it first reaches T_s on the generated and
+time axes, reported per seed as ratios to the best alternative's own R and W on that seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .markdown import table
+from .stats import budget_to_reach, ci, interp, read_jsonl
+
+ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3")
+"""The arms without replay: what a user would pick instead (experiments/arms.py)."""
+AXES = (("generated", "generated rollouts"), ("row_passes", "update row-passes"), ("train_s", "training time (s)"))
+KEY = "acc_sampled"
+
+
+@dataclass
+class AxisRun:
+    """One finished run on the three axes: x per evaluation on each axis, the held-out accuracy per evaluation."""
+
+    seed: int
+    xs: dict[str, list[float]]
+    ys: list[float]
+
+
+def run_axes(evals: list[dict], metrics: list[dict], seed: int = 0) -> AxisRun:
+    """`AxisRun` of a run's evals.jsonl and metrics.jsonl rows (an evaluation at step k sees steps 1..k)."""
+    at = {0: (0.0, 0.0)}
+    row_passes = seconds = 0.0
+    for m in sorted(metrics, key=lambda m: m["step"]):
+        row_passes += float(m.get("update_rows") or 0) * float(m.get("epochs/passes", 1))
+        seconds += float(m.get("time/step_s") or 0.0) - float(m.get("time/drift_s") or 0.0)
+        at[int(m["step"])] = (row_passes, seconds)
+    evals = [e for e in evals if int(e["step"]) in at]
+    return AxisRun(seed, {
+        "generated": [float(e["generated"]) for e in evals],
+        "row_passes": [at[int(e["step"])][0] for e in evals],
+        "train_s": [at[int(e["step"])][1] for e in evals],
+    }, [float(e[KEY]) for e in evals])
+
+
+def load(run_dir: Path, seed: int) -> AxisRun:
+    run_dir = Path(run_dir)
+    return run_axes(read_jsonl(run_dir / "evals.jsonl"), read_jsonl(run_dir / "metrics.jsonl"), seed)
+
+
+def best_alternative(runs: dict[str, dict[int, AxisRun]]) -> Optional[str]:
+    """The alternative with the highest mean final accuracy over its seeds (None when no alternative ran)."""
+    finals = {a: float(np.mean([r.ys[-1] for r in rs.values()])) for a, rs in runs.items() if a in ALTERNATIVES and rs}
+    return max(finals, key=lambda a: (finals[a], -ALTERNATIVES.index(a))) if finals else None
+
+
+def _summary(vals: dict[int, Optional[float]]) -> dict:
+    """Mean and t-interval when every seed has a value; else the median (a missing seed counts as above all)."""
+    v = list(vals.values())
+    reached = [x for x in v if x is not None]
+    med = float(np.median([np.inf if x is None else x for x in v])) if v else None
+    return {
+        "per_seed": vals,
+        "ci": ci(v) if v and len(reached) == len(v) else {"mean": None, "lo": None, "hi": None, "n": len(reached), "sd": None},
+        "median": med if med is not None and np.isfinite(med) else None,
+        "not_reached": [s for s, x in vals.items() if x is None],
+        "n": len(v),
+    }
+
+
+def reach(arm: dict[int, AxisRun], best: dict[int, AxisRun]) -> dict:
+    """R (generated rollouts) and W (training seconds) at which the arm first reaches each seed's target, absolute and
+    as ratios to the best alternative's own; a seed whose best-alternative run reached its final accuracy at its
+    start (R_best = 0: it did not improve) is left out of the ratios."""
+    R, W, r_ratio, w_ratio, left_out = {}, {}, {}, {}, []
+    for seed, run in sorted(arm.items()):
+        b = best.get(seed)
+        if b is None:
+            continue
+        target = b.ys[-1]
+        R[seed] = budget_to_reach(run.xs["generated"], run.ys, target)
+        W[seed] = budget_to_reach(run.xs["train_s"], run.ys, target)
+        rb, wb = budget_to_reach(b.xs["generated"], b.ys, target), budget_to_reach(b.xs["train_s"], b.ys, target)
+        if not rb or not wb:
+            left_out.append(seed)
+            continue
+        r_ratio[seed] = None if R[seed] is None else R[seed] / rb
+        w_ratio[seed] = None if W[seed] is None else W[seed] / wb
+    return {"R": _summary(R), "W": _summary(W), "R_ratio": _summary(r_ratio), "W_ratio": _summary(w_ratio),
+            "left_out": left_out}
+
+
+def curve(runs: dict[int, AxisRun], axis: str) -> dict:
+    """Mean and 95 % t-interval over seeds of the accuracy on `axis`, on the grid of every seed's evaluation points
+    (a point where some seed's curve is not defined is left out)."""
+    grid = sorted({x for r in runs.values() for x in r.xs[axis]})
+    out = []
+    for x in grid:
+        vals = [interp(r.xs[axis], r.ys, x) for r in runs.values()]
+        out.append(ci(vals) if all(v is not None for v in vals) else {"mean": None})
+    return {"grid": grid, "ci": out}
+
+
+def section(run_dirs: dict[str, dict[int, Path]]) -> dict:
+    """Everything the alternatives section shows, from the finished runs' directories (arm -> seed -> dir)."""
+    runs = {a: {s: load(d, s) for s, d in dirs.items()} for a, dirs in run_dirs.items()}
+    best = best_alternative(runs)
+    return {
+        "best_alternative": best,
+        "final": {a: ci([r.ys[-1] for r in rs.values()]) for a, rs in runs.items()},
+        "reach": {a: reach(rs, runs[best]) for a, rs in runs.items()} if best else {},
+        "totals": {a: {ax: ci([r.xs[ax][-1] for r in rs.values()]) for ax, _ in AXES} for a, rs in runs.items()},
+        "curves": {a: {ax: curve(rs, ax) for ax, _ in AXES} for a, rs in runs.items()},
+    }
+
+
+def _ci_text(c: dict, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
+    if c.get("mean") is None:
+        return "–"
+    text = fmt.format(scale * c["mean"]) + suffix
+    return text + (f" [{fmt.format(scale * c['lo'])}, {fmt.format(scale * c['hi'])}]" if c.get("lo") is not None else "")
+
+
+def _reach_text(s: dict) -> str:
+    text = (_ci_text(s["ci"], "{:.2f}", suffix="x") if s["ci"]["mean"] is not None
+            else "median " + ("not reached" if s["median"] is None else f"{s['median']:.2f}x"))
+    if s["not_reached"]:
+        text += f" ({s['n'] - len(s['not_reached'])}/{s['n']} reached; not: seed {', '.join(map(str, s['not_reached']))})"
+    return text
+
+
+def markdown(names: list[str], labels: dict[str, str], sec: dict, png: Optional[str]) -> list[str]:
+    """The section's lines: per arm, the totals on each axis, and R and W against the best alternative's target."""
+    best = sec.get("best_alternative")
+    if not best:
+        return ["No alternative without replay has finished runs: the reach measure is not computed.", ""]
+    header = ["arm", "final sampled (%)", *(f"{name} (total)" for _, name in AXES),
+              f"rollouts to T (x {best}'s)", f"training time to T (x {best}'s)"]
+    rows = [[labels.get(a, a), _ci_text(sec["final"][a], "{:.1f}", 100.0),
+             *(_ci_text(sec["totals"][a][ax], "{:,.1f}" if ax == "train_s" else "{:,.0f}") for ax, _ in AXES),
+             _reach_text(sec["reach"][a]["R_ratio"]), _reach_text(sec["reach"][a]["W_ratio"])]
+            for a in names if a in sec["final"]]
+    lines = [f"Against the best alternative without replay, **{labels.get(best, best)}** (the highest mean final "
+             "sampled accuracy among the arms without replay): T = its final accuracy on each seed; an arm's rollouts "
+             "and training time to T are where its curve first reaches T, as a ratio to the best alternative's own on "
+             "that seed, mean [95 % CI] over seeds (a median when some seed never reached T). Totals are per run at its "
+             "end; training time is the steps' time, held-out evaluations and the drift probe left out.", "",
+             table(header, rows), ""]
+    if png:
+        lines += [f"![accuracy vs generated rollouts, update row-passes and training time]({png})", ""]
+    return lines

@@ -1,0 +1,78 @@
+"""The alternatives comparison's measures: the three axes of a run, the best alternative without replay, and the
+rollouts and training time each arm needs to reach that alternative's final accuracy."""
+import json
+
+import pytest
+
+from grpo_replay.experiments import alternatives as alt
+
+
+def _run(accs, seed=0, rows=10, passes=None, step_s=2.0, drift_s=0.5, per_eval=5, rollouts_per_step=100):
+    """An AxisRun with evaluations every `per_eval` steps at accuracies `accs` (the first at step 0)."""
+    steps = per_eval * (len(accs) - 1)
+    metrics = [{"step": k, "update_rows": rows, "time/step_s": step_s, "time/drift_s": drift_s,
+                **({"epochs/passes": passes} if passes else {})} for k in range(1, steps + 1)]
+    evals = [{"step": i * per_eval, "generated": i * per_eval * rollouts_per_step, "acc_sampled": a} for i, a in enumerate(accs)]
+    return alt.run_axes(evals, metrics, seed)
+
+
+def test_axes_count_every_pass_and_leave_the_drift_probe_out():
+    r = _run([0.1, 0.2, 0.3], rows=10, passes=2)
+    assert r.xs["generated"] == [0, 500, 1000]
+    assert r.xs["row_passes"] == [0, 100, 200]  # 10 rows x 2 passes x 5 steps per evaluation
+    assert r.xs["train_s"] == [0, 7.5, 15.0]  # (2.0 - 0.5) s x 5 steps
+    assert _run([0.1, 0.2]).xs["row_passes"] == [0, 50]  # no epochs/passes: one pass
+
+
+def test_the_best_alternative_is_the_arm_without_replay_with_the_highest_mean_final_accuracy():
+    runs = {"grpo": {0: _run([0.1, 0.2]), 1: _run([0.1, 0.3])}, "grpo_mu2": {0: _run([0.1, 0.3]), 1: _run([0.1, 0.3])},
+            "fill": {0: _run([0.1, 0.9]), 1: _run([0.1, 0.9])}}
+    assert alt.best_alternative(runs) == "grpo_mu2"  # fill is higher but replays
+    assert alt.best_alternative({"fill": runs["fill"]}) is None
+
+
+def test_reach_is_where_the_curve_first_crosses_the_seed_target_relative_to_the_best_alternative():
+    best = {0: _run([0.1, 0.2, 0.4], seed=0), 1: _run([0.1, 0.3, 0.3], seed=1)}
+    # seed 0: target 0.4, the best reaches it at 1000 rollouts; the arm at 250 (halfway from 0.1 to 0.7 in 500)
+    # seed 1: target 0.3, the best reaches it at 500 (its first crossing, before its end); the arm at 500 too
+    arm = {0: _run([0.1, 0.7, 0.7], seed=0), 1: _run([0.1, 0.3, 0.5], seed=1)}
+    re = alt.reach(arm, best)
+    assert re["R"]["per_seed"] == {0: pytest.approx(250.0), 1: pytest.approx(500.0)}
+    assert re["R_ratio"]["per_seed"] == {0: pytest.approx(0.25), 1: pytest.approx(1.0)}
+    assert re["W_ratio"]["per_seed"] == {0: pytest.approx(0.25), 1: pytest.approx(1.0)}  # equal step times here
+    assert re["R_ratio"]["ci"]["mean"] == pytest.approx(0.625) and re["R_ratio"]["ci"]["lo"] is not None
+    never = alt.reach({0: _run([0.1, 0.2, 0.3], seed=0), 1: _run([0.1, 0.4, 0.4], seed=1)}, best)
+    assert never["R_ratio"]["not_reached"] == [0] and never["R_ratio"]["ci"]["mean"] is None
+    assert never["R_ratio"]["median"] is None  # one of two never reached: the median is above every value
+
+
+def test_a_best_alternative_that_did_not_improve_leaves_its_seed_out():
+    best = {0: _run([0.3, 0.2, 0.1])}  # its final (0.1) is reached at its start: no ratio can be formed
+    re = alt.reach({0: _run([0.1, 0.2, 0.3])}, best)
+    assert re["left_out"] == [0] and re["R_ratio"]["n"] == 0
+
+
+def test_section_and_markdown_from_run_directories(tmp_path):
+    dirs = {}
+    for arm, accs in (("grpo", [0.1, 0.2]), ("fill", [0.1, 0.4])):
+        r = tmp_path / arm
+        r.mkdir()
+        (r / "evals.jsonl").write_text("".join(json.dumps({"step": 5 * i, "generated": 500 * i, "acc_sampled": a}) + "\n"
+                                               for i, a in enumerate(accs)))
+        (r / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "update_rows": 8, "time/step_s": 1.0}) + "\n"
+                                                 for k in range(1, 6)))
+        dirs[arm] = {0: r}
+    sec = alt.section(dirs)
+    assert sec["best_alternative"] == "grpo"
+    assert sec["reach"]["fill"]["R"]["per_seed"][0] == pytest.approx(500 / 3)  # 0.1 -> 0.4 crosses GRPO's 0.2 at 1/3
+    assert sec["totals"]["fill"]["row_passes"]["mean"] == 40.0 and sec["totals"]["fill"]["train_s"]["mean"] == 5.0
+    text = "\n".join(alt.markdown(["grpo", "fill"], {"grpo": "GRPO"}, sec, "axes.png"))
+    assert "**GRPO**" in text and "| fill | 40.0 | 500 | 40 | 5.0 | 0.33x | 0.33x |" in text
+
+
+def test_the_report_names_dapo_among_the_arms_that_generate_more_per_step_only_when_it_ran():
+    from grpo_replay.experiments.report import _more_rollouts
+
+    assert _more_rollouts({"arms": {"grpo": {"overrides": {"preset": "grpo"}}}}) == "compute-matched GRPO"
+    with_dapo = {"arms": {"dapo": {"overrides": {"preset": "grpo", "dynamic_sampling": True}}}}
+    assert _more_rollouts(with_dapo) == "compute-matched GRPO, DAPO's dynamic sampling"
