@@ -1,8 +1,8 @@
 """Stored rollouts for verl's v1 trainer: the rows stay in TransferQueue, the buffer keeps only what it samples on.
 
 A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is copied
-field for field, tag and all, to a key of its own in the training partition, `grpo-replay-<id>`. The core
-`ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
+field for field (with the few tags it needs, KEPT_TAGS) to a key of its own in the training partition,
+`grpo-replay-<id>`. The core `ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
 std, group and prompt keys, weight) and a one-token placeholder whose "completion token" is `<id>`. A replayed row
 is that stored key itself in the update batch: nothing is rebuilt, nothing is recomputed, and in a multi-node run
 the token tensors are spread over TransferQueue's storage units instead of the trainer process.
@@ -31,6 +31,9 @@ KEY_PREFIX = "grpo-replay-"
 STORE_TAG = "grpo_replay"
 """Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
 "step" (the global step that trained on it fresh)}."""
+KEPT_TAGS = ("seq_len", "prompt_len", "response_len")
+"""Of the fresh row's tag, what a stored row keeps (`_balance_batch` reads `seq_len`): verl's sampler copies every
+key's tag into the trainer process on each poll, so a stored row's tag costs memory per row for the whole run."""
 # Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
 SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
 
@@ -176,7 +179,8 @@ class TQReplayStore:
         )
 
     def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> np.ndarray:
-        """Copy fresh rows `rows` to new store keys (all fields, their tags plus STORE_TAG); returns their ids.
+        """Copy fresh rows `rows` to new store keys (all fields; of their tags KEPT_TAGS, plus STORE_TAG); returns
+        their ids.
         They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
         rows = np.asarray(rows, dtype=np.int64)
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
@@ -185,7 +189,7 @@ class TQReplayStore:
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         tags = [
-            {**fresh.tags[i],
+            {**{k: fresh.tags[i][k] for k in KEPT_TAGS if k in fresh.tags[i]},
              STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]
