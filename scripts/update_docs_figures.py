@@ -129,22 +129,21 @@ def render(figures: dict) -> str:
     f, t = rec["figures"], rec["timings"]
     minutes, seconds = divmod(round(t["main_job_seconds"]), 60)
     others = [
-        f"{k['machine_kind']}: warm start at step {k['figures']['warm_start_step']}, sampled "
+        f"{k['machine_kind']}: step {k['figures']['warm_start_step']}, sampled "
         f"{k['figures']['heldout_acc_sampled_start_pct']:.1f} % -> {k['figures']['heldout_acc_sampled_end_pct']:.1f} %"
         for key, k in sorted(figures["kinds"].items()) if key != figures["readme_kind"]
     ]
-    other = (" The same seed on another CPU kind gives other numbers (" + "; ".join(others) + "; "
-             "docs/testbed.md has the spread).") if others else ""
+    other = (" Another CPU kind gives other numbers (" + "; ".join(others) + "; "
+             "[spread](docs/testbed.md#one-seed-several-cpu-kinds)).") if others else ""
     return (
         f"{BEGIN}\n"
         f"Measured with `{figures['command']}` from an empty warm-start cache at commit `{rec['commit']}` "
-        f"({rec['machine']}): {minutes} min {seconds:02d} s in all, the warm start {t['warm_start_seconds']:.0f} s of "
-        f"that (it stopped at step {f['warm_start_step']}, sampled pass rate {f['warm_start_pass_rate_pct']:.1f} %); "
+        f"({rec['machine']}): {minutes} min {seconds:02d} s, the warm start {t['warm_start_seconds']:.0f} s of that "
+        f"(stopped at step {f['warm_start_step']}, sampled pass rate {f['warm_start_pass_rate_pct']:.1f} %); "
         f"held-out sampled accuracy {f['heldout_acc_sampled_start_pct']:.1f} % -> "
         f"{f['heldout_acc_sampled_end_pct']:.1f} %, greedy {f['heldout_acc_greedy_start_pct']:.1f} % -> "
-        f"{f['heldout_acc_greedy_end_pct']:.1f} %.{other} `scripts/update_docs_figures.py` records these per CPU "
-        f"kind; CI reruns it with `--check`: exact on a recorded kind, and on another the properties every kind "
-        f"shares (warm start in its window, sampled accuracy up by at least {MIN_RISE_PP:g} pp, replay active).\n"
+        f"{f['heldout_acc_greedy_end_pct']:.1f} %.{other} CI reruns it (`scripts/update_docs_figures.py --check`): "
+        f"exact on a recorded kind, elsewhere the properties all kinds share.\n"
         f"{END}"
     )
 

@@ -8,7 +8,8 @@ GPU. Not runnable on CPU (docs/trl.md has the CPU variant: an in-process worker 
     CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 \
         examples/trl/train_qwen3_math_async_replay.py --config examples/trl/qwen3_0.6b_math_async_replay.yaml
 
-Needs (from the grpo-replay checkout's root): pip install -e '.[trl,vllm]'
+Needs (from the grpo-replay checkout's root): pip install -e '.[app,trl,vllm,tensorboard]'
+(`app` brings math-verify, the reward; `tensorboard` is the YAML's `report_to`).
 """
 from __future__ import annotations
 

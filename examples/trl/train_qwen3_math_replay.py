@@ -3,10 +3,14 @@
     accelerate launch --config_file examples/trl/accelerate_multi_gpu.yaml --num_processes 8 \
         examples/trl/train_qwen3_math_replay.py --config examples/trl/qwen3_0.6b_math_replay.yaml
 
-Needs (from the grpo-replay checkout's root): pip install -e '.[trl,vllm]'
+Needs (from the grpo-replay checkout's root): pip install -e '.[app,trl,vllm,tensorboard]'
+(`app` brings math-verify, the reward; `tensorboard` is the YAML's `report_to`). `preflight` checks both, and vLLM,
+before the dataset or the model loads.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass, field
 
 from datasets import load_dataset
@@ -57,10 +61,33 @@ def accuracy_reward(completions, solution, **kwargs):
     return rewards
 
 
+# report_to name -> the module transformers' callback imports, and the grpo-replay extra that installs it
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "trackio": ("trackio", "trackio")}
+
+
+def preflight(training_args) -> list[str]:
+    """What this launch needs and lacks, each with its install line: [] when it can start. Checked before the
+    dataset and the model load: otherwise a missing tracker fails only once the model is loaded, and a missing
+    reward package only at the first reward call, after vLLM has started and generated."""
+    needs = [("math_verify", "app", "the reward")]
+    if training_args.use_vllm:
+        needs.append(("vllm", "vllm", "use_vllm"))
+    for name in training_args.report_to or []:
+        if name in TRACKERS:
+            module, extra = TRACKERS[name]
+            needs.append((module, extra, f"report_to {name}"))
+    return [f"{why} needs the `{module}` package: pip install -e '.[{extra}]' in the grpo-replay checkout"
+            for module, extra, why in needs if importlib.util.find_spec(module) is None]
+
+
 def main() -> None:
     script_args, training_args, model_args = TrlParser(
         (ScriptArguments, ReplayGRPOConfig, ModelConfig)
     ).parse_args_and_config()
+    missing = preflight(training_args)
+    if missing:
+        print("train_qwen3_math_replay.py: " + "; ".join(missing), file=sys.stderr)
+        sys.exit(2)
     dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_split)
     dataset = dataset.map(lambda x: {"prompt": PROMPT.format(problem=x["problem"])})
     trainer = ReplayGRPOTrainer(

@@ -3,7 +3,8 @@
 #
 # 1. On the head node:     ray start --head --port=6379 --num-gpus=8
 # 2. On every other node:  ray start --address=<head-ip>:6379 --num-gpus=8
-#    (same Python environment, same code checkout and data paths on every node; `ray status` lists all GPUs)
+#    (same Python environment, made by scripts/setup_verl_gpu.sh, same code checkout and data paths on every node;
+#    `ray status` lists all GPUs)
 # 3. On the head node run this script. RAY_ADDRESS=auto makes verl's ray.init() (inside run_ppo) join the
 #    running cluster instead of starting a local one; leave ray_kwargs.ray_init.num_cpus unset (null) then.
 #

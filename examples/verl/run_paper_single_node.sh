@@ -11,9 +11,10 @@
 # trainer.v1.sampler.max_off_policy_threshold: age <= threshold - 1 (verl's default 8 -> 7 < tau_max=10; the bound
 # in force is printed at launch).
 #
-# Environment: a GPU machine with verl's GPU extras, e.g.
-#   python -m venv .venv-verl-gpu && .venv-verl-gpu/bin/pip install "verl[vllm,fsdp]==0.9.1"
-#   .venv-verl-gpu/bin/pip install -e .
+# Environment: a GPU machine with verl's GPU extras, made by `bash scripts/setup_verl_gpu.sh` (.venv-verl-gpu:
+# torch 2.11.0 first, flash-attn 2.8.3 built with --no-build-isolation, verl[vllm,fsdp]==0.9.1, this project; a
+# plain `pip install "verl[vllm,fsdp]==0.9.1"` fails building flash-attn). Run with that env's python first on PATH:
+#   PATH=$PWD/.venv-verl-gpu/bin:$PATH bash examples/verl/run_paper_single_node.sh
 # Data: verl's examples/data_preprocess/math_dataset.py (verl repository) writes $DATA/{train,test}.parquet.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-4B-Base}

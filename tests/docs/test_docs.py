@@ -4,8 +4,11 @@ A fence's info string says what it is (GitHub renders only the first word, the l
 - ```` ```bash run ```` / ```` ```python run ````: run by this test in a fresh temporary directory that mirrors the
   repository root (its files linked, ``../shared`` linked beside it), with ``.venv/bin`` first on PATH.
   ``args="..."`` is appended to every line that calls ``grpo-replay`` or a ``benchmarks/`` script (the small
-  settings that keep CI fast, passed through the command's own documented flags); a line ending in ``# doctest: skip ...`` is not run (it says why).
-  ``timeout=N`` (seconds) overrides the default.
+  settings that keep CI fast, passed through the command's own documented flags); ``skip="PREFIX | PREFIX"`` with
+  ``why="..."`` leaves out the lines that start with one of the prefixes (a server, the test suite itself), so the
+  commands a reader sees carry no test markup. ``timeout=N`` (seconds) overrides the default.
+- ```` ```bash manual why="..." ````: a command nobody runs unattended (hours of compute, a multi-GB download); the
+  reason is required.
 - ```` ```bash gpu ````, ```` ```bash hub ````, ```` ```bash cluster ````, ```` ```python gpu ```` ...: needs a GPU, the
   Hugging Face hub or several machines; the fence next to it must be a ``run`` fence (its CPU variant).
 - ```` ```bash ci ````: CI itself runs it (the test suite; running it here would recurse).
@@ -29,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("examples/**/README.md")])
 RUNNABLE_LANGS = {"bash", "sh", "console", "python", "py"}
 NOT_RUN_TAGS = {"gpu", "hub", "cluster"}
-TAGS = {"run", "ci"} | NOT_RUN_TAGS
+TAGS = {"run", "ci", "manual"} | NOT_RUN_TAGS
 FENCE = re.compile(r"^```([A-Za-z]*)([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 DEFAULT_TIMEOUT = 300
 
@@ -70,6 +73,16 @@ def test_every_command_snippet_is_tagged():
     assert len(RUN) >= 5, "the docs should hold runnable snippets"
 
 
+def test_skipped_lines_and_manual_fences_say_why_and_visible_commands_carry_no_test_markup():
+    for s in ALL:
+        if s.tag == "manual" or "skip" in s.attrs:
+            assert s.attrs.get("why"), f"{s.id}: a manual fence or a skip= needs why=\"...\""
+        for prefix in skip_prefixes(s):
+            assert any(line.strip().startswith(prefix) for line in s.body.splitlines()), (
+                f"{s.id}: skip={prefix!r} matches no line of the fence")
+        assert "doctest" not in s.body, f"{s.id}: test markup in a visible command; use the fence's skip= instead"
+
+
 def test_every_gpu_hub_or_cluster_snippet_has_a_cpu_variant_beside_it():
     for p in DOCS:
         snippets = [s for s in parse_snippets(p) if s.lang in RUNNABLE_LANGS]
@@ -90,9 +103,14 @@ def test_parser_reads_tags_and_attributes(tmp_path):
     assert (b.lang, b.tag) == ("python", None)
 
 
+def skip_prefixes(s: Snippet) -> list[str]:
+    return [p.strip() for p in s.attrs.get("skip", "").split("|") if p.strip()]
+
+
 def shell_script(s: Snippet) -> str:
     """The snippet's lines, `args` appended to each grpo-replay call, skipped lines dropped."""
     extra = s.attrs.get("args", "")
+    skip = skip_prefixes(s)
     lines, joined = [], ""
     for raw in s.body.splitlines():
         joined += raw
@@ -100,7 +118,7 @@ def shell_script(s: Snippet) -> str:
             joined = joined.rstrip()[:-1].rstrip() + " "
             continue
         line, joined = joined, ""
-        if re.search(r"#.*\bdoctest:\s*skip", line):
+        if any(line.strip().startswith(p) for p in skip):
             continue
         if extra and re.search(r"(^|[\s/])grpo-replay\s|benchmarks/\S+\.py", line + " "):
             code, hash_, comment = line.partition(" #")
@@ -134,9 +152,10 @@ def with_args(code: str, extra: str) -> str:
 
 
 def test_shell_script_appends_args_and_skips(tmp_path):
-    s = Snippet(ROOT / "README.md", 1, "bash", "run", {"args": "--set steps=2"},
-                "grpo-replay train --seed 1   # a comment\nbash scripts/test.sh  # the suite (doctest: skip, recursion)\n"
-                "grpo-replay eval --model m \\\n    --n 2\n")
+    s = Snippet(ROOT / "README.md", 1, "bash", "run", {"args": "--set steps=2", "skip": "bash scripts/test.sh | x",
+                                                        "why": "recursion"},
+                "grpo-replay train --seed 1   # a comment\nbash scripts/test.sh  # the suite\n"
+                "grpo-replay eval --model m \\\n    --n 2\nx --y\n")
     assert shell_script(s).splitlines()[1:] == [
         "grpo-replay train --seed 1 --set steps=2 # a comment",
         "grpo-replay eval --model m     --n 2 --set steps=2",

@@ -296,6 +296,6 @@ def test_a_compare_flag_given_twice_is_refused(flags, tmp_path, capsys):
 def test_compare_backend_trl_with_a_setting_trl_refuses_is_exit_2_before_any_run(tmp_path, capsys):
     """The refusal is the config check's, before any warm start or run (it was a failed run each, exit 1)."""
     out = tmp_path / "cmp"
-    assert main(["compare", "--quick", "--out", str(out), "--backend", "trl", "--set", "micro_batch_size=4"]) == 2
-    assert "TrainConfig.micro_batch_size=4 is invalid; allowed: 0 with backend='trl'" in capsys.readouterr().err
+    assert main(["compare", "--quick", "--out", str(out), "--backend", "trl", "--set", "drift_probe=4"]) == 2
+    assert "TrainConfig.drift_probe=4 is invalid; allowed: 0" in capsys.readouterr().err
     assert not (out / "runs").exists() and not (out / "testbed-cache").exists()

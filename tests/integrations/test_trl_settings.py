@@ -19,6 +19,8 @@ TO_TRL = {
     "seed": (3, "seed", 3),
     "steps": (7, "max_steps", 7),
     "prompts_per_step": (3, "per_device_train_batch_size", 3 * 8),
+    "micro_batch_size": (64, "gradient_accumulation_steps", 32 * 8 // 64),  # and steps_per_generation, below
+    "generator": ("vllm", "use_vllm", True),
     "group_size": (4, "num_generations", 4),
     "lr": (0.01, "learning_rate", 0.01),
     "lr_warmup_steps": (2, "warmup_steps", 2),
@@ -42,7 +44,7 @@ TO_TRL = {
     "replay.": (None, None, None),  # every replay field, below
 }
 # key -> a value refused with backend=trl
-REFUSED = {"micro_batch_size": 4, "generator": "vllm", "drift_probe": 8, "update_epochs": 2, "dynamic_sampling": True,
+REFUSED = {"drift_probe": 8, "update_epochs": 2, "dynamic_sampling": True,
            "max_generation_rounds": 3}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
 # keys used by the command around TRL (evaluation, reward scoring, warm start, the real-model path, callbacks):
 # each is exercised by the tests named here.
@@ -96,6 +98,22 @@ def test_setting_reaches_trl(key):
         assert trl_settings.trl_kwargs(resolve({"backend": "trl"}))[field] != expected, "the default already gives it"
 
 
+def test_micro_batches_and_vllm_reach_trl():
+    """micro_batch_size: TRL trains micro rows at a time over one generation per optimizer step; generator=vllm:
+    TRL's colocated vLLM. ReplayGRPOConfig accepts both and derives the same generation batch."""
+    from grpo_replay.integrations.trl import ReplayGRPOConfig
+
+    cfg = resolve({"backend": "trl", "prompts_per_step": 4, "group_size": 8, "micro_batch_size": 8, "generator": "vllm"})
+    trl_settings.check(cfg)
+    kw = trl_settings.trl_kwargs(cfg)
+    assert (kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"], kw["steps_per_generation"]) == (8, 4, 4)
+    assert kw["use_vllm"] and kw["vllm_mode"] == "colocate"
+    args = ReplayGRPOConfig(**{**kw, "use_cpu": True, "bf16": False})
+    assert args.generation_batch_size == 32 and args.use_vllm
+    whole = trl_settings.trl_kwargs(resolve({"backend": "trl", "prompts_per_step": 4, "group_size": 8}))
+    assert (whole["per_device_train_batch_size"], whole["gradient_accumulation_steps"], whole["use_vllm"]) == (32, 1, False)
+
+
 def test_replay_fields_reach_trl():
     from grpo_replay.integrations.trl import ReplayGRPOConfig
 
@@ -112,7 +130,7 @@ def test_replay_fields_reach_trl():
 
 
 @pytest.mark.parametrize("key,value", [
-    *REFUSED.items(), ("loss.dual_clip_c", 1.2), ("loss.max_completion_length", 7),
+    *REFUSED.items(), ("loss.dual_clip_c", 1.2), ("loss.max_completion_length", 7), ("micro_batch_size", 3),
 ])
 def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_path, capsys):
     out = tmp_path / "run"
@@ -131,8 +149,8 @@ def test_real_model_path_refuses_before_loading(tmp_path):
     from grpo_replay.trainer.trl_backend import train_with_trl
 
     cfg = TrainConfig(backend="trl", reward="math", data="word_sums", model=str(tmp_path / "absent"),
-                      micro_batch_size=4, out_dir=str(tmp_path / "run"))
-    with pytest.raises(ConfigError, match=r"TrainConfig.micro_batch_size=4 is invalid; allowed: 0"):
+                      micro_batch_size=3, out_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"TrainConfig.micro_batch_size=3 is invalid; allowed: 0 or a divisor"):
         train_with_trl(cfg)
     assert not (tmp_path / "run").exists()
 
@@ -198,3 +216,31 @@ def test_max_bad_steps_stops_the_run(tiny_overrides, tmp_path, capsys):
     assert main(_argv(ov, out)) == 1  # stopped, rerun to resume
     assert "2 consecutive steps had non-finite gradients" in capsys.readouterr().err
     assert list(out.glob("checkpoint-*")), "no checkpoint written at the stop"
+
+
+def test_micro_batch_size_trains_through_trl_in_micro_batches(tiny_overrides, tmp_path, monkeypatch):
+    """TRL's real train(): 8 x 4 = 32 rows per step at micro_batch_size=8 is one generation and 4 forward/backward
+    micro-steps per optimizer step, each of 8 fresh rows plus its share of the replay rows."""
+    from grpo_replay.integrations.trl import ReplayGRPOTrainer
+
+    micro_rows, generations = [], []
+    real_loss, real_generate = ReplayGRPOTrainer.compute_loss, ReplayGRPOTrainer._generate_and_score_completions
+
+    def compute_loss(self, model, inputs, *a, **k):
+        micro_rows.append(int(inputs["completion_ids"].shape[0]))
+        return real_loss(self, model, inputs, *a, **k)
+
+    def generate(self, inputs):
+        out = real_generate(self, inputs)
+        generations.append(int(out["completion_ids"].shape[0]))
+        return out
+
+    monkeypatch.setattr(ReplayGRPOTrainer, "compute_loss", compute_loss)
+    monkeypatch.setattr(ReplayGRPOTrainer, "_generate_and_score_completions", generate)
+    out = tmp_path / "run"
+    ov = {**tiny_overrides, "steps": 4, "micro_batch_size": 8, "eval_every": 0, "checkpoint_every": 0}
+    assert main(_argv(ov, out)) == 0
+    assert len(micro_rows) == 4 * 4 and len(generations) == 4
+    assert generations[0] == 32  # warm-up: fresh rows only
+    assert all(r == g // 4 for r, g in zip(micro_rows[::4], generations))  # each generation split in 4 micro-steps
+    assert max(generations) > 32  # replay rows joined the generation after the warm-up

@@ -115,9 +115,11 @@ def test_step_memory_estimate_counts_kv_cache_and_update_logits():
 
     from grpo_replay.trainer.memory import step_bytes
 
-    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                          intermediate_size=256)
     got = step_bytes(cfg, rows=10, update_rows=5, completion=8, elem=2)  # bf16: KV cache in 2 bytes, logits + fp32 copy
-    assert got == {"generation": 10 * 2 * 2 * 8 * 32 * 2, "update": 5 * 8 * (100 * (2 + 4) + 2 * 64 * 2)}
+    kept = 2 * 64 + 256  # per token and layer: the two norms' inputs and the MLP activation's input
+    assert got == {"generation": 10 * 2 * 2 * 8 * 32 * 2, "update": 5 * 8 * (100 * (2 + 4) + 2 * kept * 2)}
 
 
 def test_a_data_file_too_small_to_hold_eval_problems_out_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):

@@ -13,19 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing as mp
 import os
 import shutil
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ..app import configio
 from ..app.data import BENCHMARKS
-from .jobs import RunSpec, _init_worker
+from .jobs import RunSpec, gpu_device, worker_pool
 
 PRUNED = "checkpoints_deleted.json"  # marker in <run dir>/bench/: the final checkpoint was deleted after evaluation
 EVAL_BACKENDS = ("transformers", "vllm")
@@ -197,6 +196,9 @@ def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) ->
             raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {rd / 'bench' / 'eval.log'})") from None
         finally:
             log.close()
+            close = getattr(gen, "close", None)  # a vLLM engine: its GPU memory and process groups
+            if callable(close):
+                close()
     pruned = [] if bs.keep_checkpoints or (rd / "bench" / PRUNED).exists() else delete_checkpoints(rd)
     return {"wall_s": time.time() - t0, "evaluated": todo, "pruned": pruned}
 
@@ -216,7 +218,8 @@ def evaluate_all(specs: list[RunSpec], bs: BenchSettings, jobs: int, log=print) 
     old_omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo))), mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+        fresh = bs.backend == "vllm" or gpu_device(bs.device)
+        with worker_pool(max(1, min(jobs, len(todo))), fresh) as pool:
             futs = {pool.submit(evaluate_run, str(s.run_dir), s.seed, s.overrides, bs): s for s in todo}
             for f in as_completed(futs):
                 s = futs[f]

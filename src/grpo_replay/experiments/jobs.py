@@ -98,6 +98,32 @@ def _check_backend(overrides: dict) -> None:
         trl_settings.check(cfg)
 
 
+def uses_gpu(overrides: dict) -> bool:
+    """Whether the run trains on a GPU or generates with vLLM: then it gets a worker process of its own."""
+    from ..trainer.train_config import resolve
+
+    cfg = resolve(overrides)
+    return cfg.generator == "vllm" or gpu_device(cfg.device)
+
+
+def gpu_device(device: str) -> bool:
+    if device == "cpu":
+        return False
+    if device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return True
+
+
+def worker_pool(jobs: int, fresh: bool) -> ProcessPoolExecutor:
+    """`jobs` spawned workers; with `fresh`, each task in a new process. A vLLM engine does not give back its GPU
+    memory, process groups and port when the object goes (`VLLMGenerator.close` tears down what it can), and CUDA
+    caches outlive a run, so GPU runs never share a process."""
+    extra = {"max_tasks_per_child": 1} if fresh and sys.version_info >= (3, 11) else {}
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker, **extra)
+
+
 # ----------------------------------------------------------------------------------------- worker side
 def _init_worker() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -197,7 +223,7 @@ def execute(specs: list[RunSpec], jobs: int, progress: bool = True, poll_s: floa
     old_omp = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the spawned workers before torch is imported
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_init_worker) as pool:
+        with worker_pool(jobs, fresh=any(uses_gpu(s.overrides) for s in todo)) as pool:
             try:
                 _warm_starts(pool, todo, prog)
                 _train_all(pool, todo, prog, result, poll_s)

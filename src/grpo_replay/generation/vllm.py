@@ -3,10 +3,15 @@
 For evaluation it loads a model path. For training, `VLLMGenerator.colocated(policy, ...)` starts an in-process
 engine on the policy's GPU, and `sync()` copies the policy's weights into it after every optimizer step (as TRL's
 colocate mode does), so rollouts always come from the current policy.
+
+One engine per process: `close()` tears it down (engine, model-parallel groups, torch.distributed, cached GPU
+memory), and `grpo-replay compare` runs each vLLM run and evaluation in a process of its own.
 """
 from __future__ import annotations
 
+import gc
 import os
+import socket
 from typing import Sequence
 
 import torch
@@ -14,7 +19,9 @@ import torch
 from . import Completion, Generation, SamplingParams
 from .transformers import completion_mask, decode, encode_prompts, narrow
 
-INSTALL_HINT = "pip install vllm, or pip install -e '.[vllm]' in a grpo-replay checkout (GPU only)"
+GPU_SHARE = 0.3  # the colocated engine's gpu_memory_utilization: weights, activations and AdamW keep the rest
+INSTALL_HINT = ("pip install -e '.[vllm]' in a grpo-replay checkout (vLLM 0.22-0.31, the range TRL 1.16 supports; "
+                "GPU only)")
 
 
 class VLLMGenerator:
@@ -29,13 +36,15 @@ class VLLMGenerator:
         self.policy, self.seed, self._calls = policy, sample_seed, 0
 
     @classmethod
-    def colocated(cls, policy, tokenizer, max_model_len: int, seed: int, gpu_memory_utilization: float = 0.3,
+    def colocated(cls, policy, tokenizer, max_model_len: int, seed: int, gpu_memory_utilization: float = GPU_SHARE,
                   ) -> "VLLMGenerator":
         """An engine beside the training policy on its GPU, built from the policy's checkpoint path."""
-        # A single-process "external launcher" engine shares this process's GPU and needs these set.
-        for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                     ("MASTER_PORT", "29533")):
+        # A single-process "external launcher" engine shares this process's GPU and needs these set; the port is a
+        # free one (a fixed port collides with the next run on the host), unless the caller chose one.
+        for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
             os.environ.setdefault(k, v)
+        if os.environ.get("MASTER_PORT", "").strip().lower() in ("", "0", "auto"):
+            os.environ["MASTER_PORT"] = str(free_port())
         return cls(policy.name_or_path, tokenizer, policy=policy, sample_seed=seed,
                    gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                    distributed_executor_backend="external_launcher", seed=seed, logprobs_mode="processed_logprobs")
@@ -80,3 +89,33 @@ class VLLMGenerator:
         for name, param in self.policy.named_parameters():
             runner.model.load_weights([(name, param.data)])
         self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Tear the engine down so that another can start in this process: vLLM keeps model-parallel groups and a
+        torch.distributed group alive after the LLM object is gone."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm
+        try:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        except ImportError:
+            pass
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -116,18 +116,23 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     run = setup(cfg, run_dir)
-    resume(run)
-    bar = tqdm(range(run.start, cfg.steps), initial=run.start, total=cfg.steps, disable=not cfg.progress,
-               desc="grpo-replay", dynamic_ncols=True)
-    run.model.train()
-    with StopSignals() as signals:
-        for t in bar:
-            t0 = time.perf_counter()
-            out = step(run, t)
-            bookkeeping(run, t, out, t0, bar, signals.received)
-    bar.close()
-    run.tracker.close()
-    return finish(run)
+    try:
+        resume(run)
+        bar = tqdm(range(run.start, cfg.steps), initial=run.start, total=cfg.steps, disable=not cfg.progress,
+                   desc="grpo-replay", dynamic_ncols=True)
+        run.model.train()
+        with StopSignals() as signals:
+            for t in bar:
+                t0 = time.perf_counter()
+                out = step(run, t)
+                bookkeeping(run, t, out, t0, bar, signals.received)
+        bar.close()
+        run.tracker.close()
+        return finish(run)
+    finally:
+        close = getattr(run.generator, "close", None)  # a vLLM engine holds GPU memory and process groups
+        if callable(close):
+            close()
 
 
 def setup(cfg: TrainConfig, run_dir: Path) -> Run:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..app.configio import ConfigError
+from ..generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
 from .train_config import FIELDS, TrainConfig
 
 AGGREGATION_TO_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "dr_grpo": "dr_grpo"}
@@ -21,7 +22,7 @@ KEYS: dict[str, str] = {
     "preset": "replay_preset",
     "seed": "seed (TRL's data order and sampling; the buffer's seed)",
     "steps": "max_steps",
-    "prompts_per_step": "per_device_train_batch_size = prompts_per_step x group_size (one generation, one optimizer step)",
+    "prompts_per_step": "the generation batch, prompts_per_step x group_size rows (one generation, one optimizer step)",
     "group_size": "num_generations",
     "lr": "learning_rate",
     "lr_warmup_steps": "warmup_steps, lr_scheduler_type constant_with_warmup (constant when 0)",
@@ -29,7 +30,8 @@ KEYS: dict[str, str] = {
     "max_grad_norm": "max_grad_norm (0 disables clipping, as in transformers)",
     "temperature": "temperature (TRL samples and computes log-probs at it; held-out sampling too)",
     "max_new_tokens": "max_completion_length (the completion budget)",
-    "micro_batch_size": "refused unless 0: TRL's micro-batches are its own gradient_accumulation_steps",
+    "micro_batch_size": "per_device_train_batch_size (0: the whole generation batch); gradient_accumulation_steps = "
+                        "steps_per_generation = rows / micro_batch_size; refused unless it divides the rows",
     "update_epochs": "refused unless 1: TRL's num_iterations makes each reuse one of max_steps' optimizer steps, and "
                      "TRL's save/warm-up steps and the replay ages count those too, so every step count would change "
                      "meaning (set num_iterations on ReplayGRPOConfig through the Python API)",
@@ -49,7 +51,8 @@ KEYS: dict[str, str] = {
     "torch_threads": "torch.set_num_threads (0 = 1 for the testbed, torch's default otherwise)",
     "device": "use_cpu (cpu; auto without CUDA) or not (cuda; auto with CUDA)",
     "backend": "selects this path",
-    "generator": "refused unless transformers (use TRL's own use_vllm settings through the Python API)",
+    "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, the "
+                 "built-in trainer's share); transformers is TRL's own generate",
     "model": "the real-model path: the policy",
     "model_file": "the real-model path: the GGUF file",
     "data": "the real-model path: the training prompts",
@@ -82,8 +85,10 @@ def check(cfg: TrainConfig) -> None:
     missing = [k for k in FIELDS if decision(k) is None]
     if missing:  # a new TrainConfig key nobody decided about for TRL: never apply it silently
         raise ConfigError(f"TrainConfig.{missing[0]} has no meaning defined for backend='trl'; allowed: builtin")
-    if cfg.micro_batch_size:
-        _refuse("micro_batch_size", cfg.micro_batch_size, "0 with backend='trl' (the whole batch)")
+    rows = cfg.prompts_per_step * cfg.group_size
+    if cfg.micro_batch_size and rows % cfg.micro_batch_size:
+        _refuse("micro_batch_size", cfg.micro_batch_size, f"0 or a divisor of prompts_per_step x group_size = {rows} "
+                "with backend='trl' (TRL's per-device batch; the generation spans rows / micro_batch_size of them)")
     if cfg.update_epochs != 1:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
@@ -91,8 +96,6 @@ def check(cfg: TrainConfig) -> None:
     if cfg.dynamic_sampling:
         _refuse("dynamic_sampling", cfg.dynamic_sampling, "false with backend='trl' (TRL's GRPOTrainer generates one "
                 "batch per step; dynamic sampling is the built-in trainer's)")
-    if cfg.generator != "transformers":
-        _refuse("generator", cfg.generator, "transformers with backend='trl'")
     c = cfg.loss.dual_clip_c
     if c is not None and not c > 1 + cfg.loss.eps_high:
         _refuse("loss.dual_clip_c", c, f"None or a number > 1 + loss.eps_high = {1 + cfg.loss.eps_high:g} with "
@@ -119,10 +122,18 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     """The `ReplayGRPOConfig` fields of the run (after `check`)."""
     from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
 
+    rows = cfg.prompts_per_step * cfg.group_size
+    micro = cfg.micro_batch_size or rows
+    vllm = dict(vllm_mode="colocate", vllm_gpu_memory_utilization=VLLM_GPU_SHARE) if cfg.generator == "vllm" else {}
     return dict(
         output_dir=str(cfg.run_dir),
         use_cpu=use_cpu(cfg),
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.group_size,
+        # One generation of `rows` rows per optimizer step, trained micro rows at a time.
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=rows // micro,
+        steps_per_generation=rows // micro,
+        use_vllm=cfg.generator == "vllm",
+        **vllm,
         num_generations=cfg.group_size,
         max_completion_length=cfg.completion_budget(),
         max_steps=cfg.steps,

@@ -1,0 +1,437 @@
+"""The GPU commands the docs and scripts/gpu_smoke.sh give are accepted by the code they reach, checked on CPU.
+
+Nothing here runs on a GPU, so what a GPU run would first hit is checked instead: each documented command is
+collected (tests/gpu_commands.py) and handed to the real parser and config code (the `grpo-replay` CLI up to the
+point where training or generation would start, TRL's own `TrlParser` for the TRL launch, accelerate's config
+loader); every install line names the extras its commands import; the pins agree with the engines' declared
+ranges. The verl launches are composed with Hydra in the verl environment
+(tests/integrations/verl_integration/test_launch_composition.py)."""
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gpu_commands as gc
+
+ROOT = gc.ROOT
+TRL_SCRIPT = ROOT / "examples/trl/train_qwen3_math_replay.py"
+TRL_YAML = ROOT / "examples/trl/qwen3_0.6b_math_replay.yaml"
+
+
+@pytest.fixture(scope="module")
+def doc_records(tmp_path_factory):
+    return gc.doc_commands(tmp_path_factory.mktemp("docs"))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return gc.smoke_commands(tmp_path_factory.mktemp("smoke"))
+
+
+def _grpo_replay_calls(records) -> list[tuple[str, list[str]]]:
+    return [(r["source"], r["argv"]) for r in records if r["cmd"] == "grpo-replay"]
+
+
+def test_the_collection_sees_every_kind_of_command(doc_records, smoke):
+    """Guard against a harness that silently collects nothing."""
+    kinds = {(r["cmd"], (r["argv"] or [""])[0]) for r in doc_records}
+    assert {("grpo-replay", "compare"), ("grpo-replay", "train"), ("grpo-replay", "eval"), ("accelerate", "launch"),
+            ("pip", "install")} <= kinds, kinds
+    verl = [r for r in doc_records if gc.strip_python_m(r["argv"], "grpo_replay.integrations.verl.main") is not None]
+    assert len(verl) >= 6  # README, paper_table and verl.md's five variants
+    assert set(smoke) == {"testbed", "builtin", "trl", "verl-data", "verl"}
+
+
+# ------------------------------------------------------------------------------------------- grpo-replay CLI
+class _Reached(Exception):
+    """Raised where a command would start training or generating: everything before it accepted the input."""
+
+
+def _check_cli(argv: list[str], monkeypatch, tmp_path):
+    """Run `grpo-replay ARGV` up to the compute; returns what reached it (a TrainConfig, EvalSettings or 0)."""
+    from grpo_replay.cli import main
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    if argv[0] == "compare":
+        return main([*argv, "--dry-run"])  # plans every run: config, arms, backend checks, benchmark settings
+    if argv[0] == "train":
+        from grpo_replay.trainer import loop, train_config, trl_backend
+
+        def reached(cfg):
+            raise _Reached(cfg)
+
+        monkeypatch.setattr(train_config, "check_machine", lambda cfg: None)  # no CUDA, no vLLM here
+        monkeypatch.setattr(loop, "train", reached)
+        monkeypatch.setattr(trl_backend, "train_with_trl", reached)
+    elif argv[0] == "eval":
+        from grpo_replay.cli import evaluate
+        from grpo_replay.eval import benchmark_report
+
+        monkeypatch.setattr(benchmark_report, "load_results", lambda path: {})  # a baseline an earlier GPU step writes
+        monkeypatch.setattr(evaluate, "_evaluate", lambda args, settings, baseline: (_ for _ in ()).throw(_Reached(settings)))
+    with pytest.raises(_Reached) as got:
+        main(argv)
+    return got.value.args[0]
+
+
+def test_documented_grpo_replay_commands_are_accepted(doc_records, monkeypatch, tmp_path, capsys):
+    calls = _grpo_replay_calls(doc_records)
+    for i, (source, argv) in enumerate(calls):
+        got = _check_cli(argv, monkeypatch, tmp_path / str(i))
+        assert got == 0 or got is not None, f"{source}: grpo-replay {' '.join(argv)}\n{capsys.readouterr().err}"
+        if argv[0] == "compare":
+            assert got == 0, f"{source}: grpo-replay {' '.join(argv)} exits {got}\n{capsys.readouterr().err}"
+    trl_variant = [argv for _, argv in calls if argv[0] == "compare" and "--backend" in argv
+                   and argv[argv.index("--backend") + 1] == "trl"]
+    assert trl_variant and "generator=vllm" in trl_variant[0]  # the paper recipe's TRL variant is among them
+
+
+def test_gpu_smoke_builtin_vllm_command_is_accepted(smoke, monkeypatch, tmp_path):
+    argv = smoke["builtin"]
+    i = argv.index("-m")
+    assert argv[i + 1] == "grpo_replay.cli"
+    cfg = _check_cli(argv[i + 2 :], monkeypatch, tmp_path)
+    assert cfg.generator == "vllm" and cfg.device == "cuda" and cfg.backend == "builtin" and cfg.steps == 3
+
+
+# ------------------------------------------------------------------------------------------- TRL launches
+def _trl_script():
+    spec = importlib.util.spec_from_file_location("train_qwen3_math_replay", TRL_SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _check_accelerate_launch(argv: list[str]):
+    """accelerate's own parser and config loader, then TRL's parser on the script's arguments (on CPU:
+    --use_cpu true, since bf16 needs a GPU to validate). Returns (accelerate config, ReplayGRPOConfig)."""
+    pytest.importorskip("trl")
+    from accelerate.commands.config.config_args import load_config_from_file
+    from trl import ModelConfig, TrlParser
+
+    from grpo_replay.integrations.trl import ReplayGRPOConfig
+
+    args = launch_parser().parse_args(argv)
+    acc = load_config_from_file(args.config_file)
+    assert Path(args.training_script).resolve() == TRL_SCRIPT
+    script = _trl_script()
+    _, training, model = TrlParser((script.ScriptArguments, ReplayGRPOConfig, ModelConfig)).parse_args_and_config(
+        [*args.training_script_args, "--use_cpu", "true"])
+    return args, acc, training, model, script
+
+
+def _launches(records, script: Path) -> list[list[str]]:
+    """The `accelerate launch` arguments of every recorded launch of `script`."""
+    out = []
+    for r in records:
+        if r["cmd"] == "accelerate" and r["argv"][:1] == ["launch"]:
+            args = launch_parser().parse_args(r["argv"][1:])
+            if Path(args.training_script).resolve() == script:
+                out.append(r["argv"][1:])
+    return out
+
+
+def launch_parser():
+    from accelerate.commands.launch import launch_command_parser
+
+    return launch_command_parser()
+
+
+def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
+    launches = _launches(doc_records, TRL_SCRIPT)
+    assert len(launches) == 2
+    presets = []
+    for argv in launches:
+        args, acc, training, model, script = _check_accelerate_launch(argv)
+        assert acc.distributed_type == "MULTI_GPU" and args.num_processes == 8
+        assert training.use_vllm and training.vllm_mode == "colocate" and training.report_to == ["tensorboard"]
+        assert training.bf16 and model.model_name_or_path == "Qwen/Qwen3-0.6B-Base"
+        presets.append(training.replay_preset)
+        # What the launch needs besides vLLM (absent on CPU) is installed with the extras its install line names.
+        assert script.preflight(training) == ["use_vllm needs the `vllm` package: pip install -e '.[vllm]' in the "
+                                              "grpo-replay checkout"]
+    assert presets == ["paper", "grpo"]  # the baseline launch's override takes effect
+
+
+def test_every_key_of_the_trl_yaml_is_a_config_field():
+    from trl import ModelConfig
+
+    from grpo_replay.integrations.trl import ReplayGRPOConfig
+
+    fields = {*ReplayGRPOConfig.__dataclass_fields__, *ModelConfig.__dataclass_fields__,
+              *_trl_script().ScriptArguments.__dataclass_fields__}
+    keys = yaml.safe_load(TRL_YAML.read_text())
+    assert len(keys) > 40 and not set(keys) - fields, set(keys) - fields
+
+
+def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
+    from grpo_replay.integrations.trl import ReplayAsyncGRPOConfig
+
+    monkeypatch.syspath_prepend(str(TRL_SCRIPT.parent))  # it imports the synchronous example's reward
+    spec = importlib.util.spec_from_file_location("train_qwen3_math_async_replay",
+                                                  TRL_SCRIPT.parent / "train_qwen3_math_async_replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    fields = {*ReplayAsyncGRPOConfig.__dataclass_fields__, *mod.AsyncScriptArguments.__dataclass_fields__}
+    keys = yaml.safe_load((TRL_SCRIPT.parent / "qwen3_0.6b_math_async_replay.yaml").read_text())
+    assert len(keys) > 20 and not set(keys) - fields, set(keys) - fields
+    assert keys["report_to"] == ["tensorboard"]
+
+
+def test_gpu_smoke_trl_command_parses(smoke):
+    argv = smoke["trl"]
+    i = argv.index("accelerate.commands.launch")
+    args, _, training, model, _ = _check_accelerate_launch(argv[i + 1 :])
+    assert args.num_processes == 2 and training.max_steps == 2 and training.report_to == []
+    # one process's share of a generation: 8 rows = 2 prompts x 4 completions (TRL multiplies by the processes)
+    assert training.generation_batch_size == 8 and training.num_generations == 4 and training.steps_per_generation == 1
+
+
+def test_preflight_names_the_extra_of_each_missing_package(monkeypatch):
+    script = _trl_script()
+    args = type("A", (), {"use_vllm": True, "report_to": ["wandb", "tensorboard"]})()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(script.importlib.util, "find_spec",
+                        lambda name: None if name in ("math_verify", "wandb", "vllm") else real(name))
+    assert script.preflight(args) == [
+        "the reward needs the `math_verify` package: pip install -e '.[app]' in the grpo-replay checkout",
+        "use_vllm needs the `vllm` package: pip install -e '.[vllm]' in the grpo-replay checkout",
+        "report_to wandb needs the `wandb` package: pip install -e '.[wandb]' in the grpo-replay checkout",
+    ]
+
+
+# ------------------------------------------------------------------------------------------- gpu_smoke.sh
+def test_gpu_smoke_is_valid_bash_and_refuses_without_a_gpu(tmp_path):
+    for script in ("scripts/gpu_smoke.sh", "scripts/setup_verl_gpu.sh", "examples/verl/run_paper_single_node.sh",
+                   "examples/verl/run_paper_multi_node.sh"):
+        assert subprocess.run(["bash", "-n", script], cwd=ROOT).returncode == 0, script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")  # a driver tool that lists no GPU
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_SMOKE_VENV": str(tmp_path / "venv"),
+           "VERL_GPU_VENV": str(tmp_path / "verl-venv")}
+    env.pop("GPU_SMOKE_DRY_RUN", None)
+    out = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "out")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out
+    assert "no NVIDIA GPU found" in out.stderr and "bash scripts/test.sh" in out.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "venv").exists()  # nothing made or installed
+    bad = subprocess.run(["bash", "scripts/gpu_smoke.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**env, "GPU_SMOKE_PATHS": "builtin vlm"})
+    assert bad.returncode == 2 and "unknown path 'vlm'" in bad.stderr and "allowed: testbed builtin trl verl" in bad.stderr
+
+
+def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
+    """With a GPU listed and a stand-in python (exit 0, then 1), each path gets its line and its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    py = bin_dir / "fake-python"
+    py.write_text("#!/bin/sh\necho \"ran $*\"\nexit ${FAKE_RC:-0}\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py),
+           "GPU_SMOKE_PATHS": "testbed builtin"}
+    env.pop("GPU_SMOKE_DRY_RUN", None)
+    ok = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "ok")], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=60)
+    lines = ok.stdout.splitlines()
+    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"]], ok
+    assert "grpo_replay.cli train" in (tmp_path / "ok" / "builtin.log").read_text()
+    bad = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "bad")], cwd=ROOT, env={**env, "FAKE_RC": "1"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3 and [l.split()[:2] for l in bad.stdout.splitlines()] == [["testbed", "FAILED"],
+                                                                                      ["builtin", "FAILED"]]
+    assert f"log {tmp_path / 'bad' / 'builtin.log'}" in bad.stdout
+
+
+# ------------------------------------------------------------------------------------------- install lines
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pyproject():
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _provided(extras: set[str]) -> set[str]:
+    """Distributions an install of `.[extras]` brings: the named requirements and, for installed ones, their own
+    (unconditional) requirements, transitively."""
+    from packaging.requirements import Requirement
+
+    proj = _pyproject()
+    todo = [Requirement(r) for r in proj["dependencies"]]
+    for e in extras:
+        todo += [Requirement(r) for r in proj["optional-dependencies"][e]]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        name = _norm(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = md.requires(req.name) or []
+        except md.PackageNotFoundError:
+            continue
+        for r in map(Requirement, reqs):
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r)
+    return seen
+
+
+def _imports(path: Path, all_levels: bool) -> set[str]:
+    """Top-level module names `path` imports (every import, or only the module-level ones)."""
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree) if all_levels else tree.body
+    names = set()
+    for n in nodes:
+        if isinstance(n, ast.Import):
+            names |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            names.add(n.module)
+    return names
+
+
+def _needed_dists(script: Path) -> set[str]:
+    """Distributions `script` imports: all of its own imports and its sibling modules' (examples import each
+    other), grpo_replay's module-level imports transitively."""
+    dist_of = {k: v for k, v in md.packages_distributions().items()}
+    todo, seen, mods = [(script, True)], set(), set()
+    while todo:
+        path, all_levels = todo.pop()
+        for name in _imports(path, all_levels):
+            top = name.split(".")[0]
+            sibling = script.parent / f"{top}.py"
+            if sibling.exists():
+                if str(sibling) not in seen:
+                    seen.add(str(sibling))
+                    todo.append((sibling, True))
+                continue
+            if top == "grpo_replay":
+                spec = importlib.util.find_spec(name)
+                if spec and spec.origin and spec.origin not in seen:
+                    seen.add(spec.origin)
+                    todo.append((Path(spec.origin), False))
+                continue
+            if top not in sys.stdlib_module_names and top != "__future__":
+                mods.add(top)
+    return {_norm(dist_of.get(m, [m])[0]) for m in mods}
+
+
+def _launch_needs(argv: list[str]) -> set[str]:
+    """What an `accelerate launch` of an example needs: its script's imports, and its YAML's vLLM and trackers."""
+    args = launch_parser().parse_args(argv)
+    script_args = args.training_script_args
+    cfg = yaml.safe_load((ROOT / script_args[script_args.index("--config") + 1]).read_text())
+    return (_needed_dists((ROOT / args.training_script).resolve()) | ({"vllm"} if cfg.get("use_vllm") else set())
+            | {_norm(t) for t in cfg.get("report_to") or [] if t != "none"})
+
+
+def _extras_of(line: str) -> set[str]:
+    return set(re.search(r"\.\[([a-z,]+)\]", line).group(1).split(","))
+
+
+def test_trl_example_install_lines_name_every_extra_it_imports(doc_records):
+    """Each fence that installs and launches: the extras on its pip line bring everything its launches import,
+    vLLM where it serves or generates with vLLM, and the YAML's trackers; so do the scripts' own "Needs" lines."""
+    fences: dict[str, dict] = {}
+    for r in doc_records:
+        f = fences.setdefault(r["source"], {"pip": [], "need": set()})
+        if r["cmd"] == "pip" and "-e" in r["argv"]:
+            f["pip"].append(r["argv"][-1])
+        elif r["cmd"] == "accelerate" and r["argv"][:1] == ["launch"]:
+            f["need"] |= _launch_needs(r["argv"][1:])
+        elif r["cmd"] == "vllm":
+            f["need"].add("vllm")
+    checked = {k: f for k, f in fences.items() if f["pip"] and f["need"]}
+    assert len(checked) >= 2, fences.keys()  # the colocate example and the async (server) one
+    for where, f in checked.items():
+        assert {"trl", "math-verify", "vllm"} <= f["need"], (where, f["need"])
+        for line in f["pip"]:
+            missing = f["need"] - _provided(_extras_of(line))
+            assert not missing, f"{where}: pip install -e '{line}' lacks {missing}"
+    for script in ("train_qwen3_math_replay.py", "train_qwen3_math_async_replay.py"):
+        text = (ROOT / "examples/trl" / script).read_text()
+        line = re.search(r"pip install -e '(\.\[[a-z,]+\])'", text).group(1)
+        launch = re.search(r"accelerate launch[^\n]*\\\n\s*(examples/\S+\.py --config \S+\.yaml)", text).group(1)
+        need = _launch_needs(launch.split())
+        assert not need - _provided(_extras_of(line)), f"{script}: {line} lacks {need - _provided(_extras_of(line))}"
+    smoke = re.search(r"pip install -q -e '(\.\[[a-z,]+\])'", (ROOT / "scripts/gpu_smoke.sh").read_text()).group(1)
+    need = _launch_needs([str(TRL_SCRIPT), "--config", str(TRL_YAML)])
+    assert not need - _provided(_extras_of(smoke)), f"scripts/gpu_smoke.sh: {smoke}"
+    # The check can fail: the install line these examples used to give lacks the reward's package and the tracker.
+    assert {"math-verify", "tensorboard"} <= need - _provided({"trl", "vllm"})
+
+
+def test_readme_gpu_install_line_names_the_app_and_vllm_extras():
+    from grpo_replay.cli import APP_EXTRA
+
+    line = re.search(r'GPU: `pip install -e "\.\[([a-z,]+)\]"`', (ROOT / "README.md").read_text())
+    assert line, "README.md: the GPU install line"
+    provided = _provided(set(line.group(1).split(",")))
+    dist_of = md.packages_distributions()
+    need = {_norm(dist_of[m][0]) for m in APP_EXTRA} | {"vllm"}  # grpo-replay's commands, generator=vllm
+    assert not need - provided, need - provided
+
+
+def test_every_extra_an_install_line_names_exists():
+    extras = set(_pyproject()["optional-dependencies"])
+    pat = re.compile(r"pip install[^\n`]*?-e\s+[\"']?\.\[([a-z_,-]+)\]")
+    texts = {p: p.read_text() for p in [*gc.DOCS, *ROOT.glob("scripts/*.sh"), *ROOT.glob("examples/**/*.py"),
+                                        *ROOT.glob("src/grpo_replay/**/*.py")]}
+    found = [(p, m.group(1)) for p, t in texts.items() for m in pat.finditer(t)]
+    assert len(found) >= 5
+    for p, group in found:
+        assert set(group.split(",")) <= extras, f"{p.relative_to(ROOT)}: .[{group}] names an extra pyproject lacks"
+
+
+# ------------------------------------------------------------------------------------------- pins
+def _spec(requirements: list[str], name: str):
+    from packaging.requirements import Requirement
+
+    return next(Requirement(r).specifier for r in requirements if _norm(Requirement(r).name) == name)
+
+
+def test_vllm_extra_is_the_range_trl_declares():
+    """pyproject's vllm extra admits exactly the vLLM versions the installed TRL declares for its own vllm extra."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    ours = _spec(_pyproject()["optional-dependencies"]["vllm"], "vllm")
+    trl_reqs = [r for r in md.requires("trl") if "extra ==" in r and Requirement(r).marker.evaluate({"extra": "vllm"})]
+    theirs = _spec(trl_reqs, "vllm")
+    grid = [Version(f"0.{minor}.{patch}") for minor in range(5, 45) for patch in range(4)]
+    assert [v for v in grid if v in ours] == [v for v in grid if v in theirs], (str(ours), str(theirs))
+
+
+def test_trl_extra_is_the_line_the_integration_supports():
+    from packaging.version import Version
+
+    from grpo_replay.integrations.trl import SUPPORTED_TRL, SUPPORTED_TRL_TEXT
+
+    ours = _spec(_pyproject()["optional-dependencies"]["trl"], "trl")
+    grid = [Version(f"1.{minor}.{patch}") for minor in range(12, 20) for patch in range(5)]
+    assert {(v.major, v.minor) for v in grid if v in ours} == set(SUPPORTED_TRL)
+    assert Version(md.version("trl")) in ours and SUPPORTED_TRL_TEXT.startswith("trl>=1.16")
+
+
+def test_vllm_install_hint_names_the_pinned_extra():
+    from grpo_replay.generation.vllm import INSTALL_HINT
+
+    assert "'.[vllm]'" in INSTALL_HINT and "0.31" in INSTALL_HINT
