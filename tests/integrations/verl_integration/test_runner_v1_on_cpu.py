@@ -119,24 +119,27 @@ def _compose(*overrides):
     ],
 )
 def test_entry_point_checks_refuse_what_cannot_run(launch_paths, override, message):
-    """`main.check_config` (what the entry point runs before Ray) on verl's composed config; the exit status 2
-    of the entry point itself is tested above and for the resource shortfall below."""
-    from grpo_replay.integrations.verl.main import check_config
+    """`main.check_config` and `main.check_environment` (what the entry point runs before Ray) on verl's composed
+    config; the exit status 2 of the entry point itself is tested above and for the resource shortfall below."""
+    from grpo_replay.integrations.verl.main import check_config, check_environment
 
     extra = override.split()
     base = [o for o in ["algorithm.adv_estimator=grpo", *launch_paths] if o.split("=")[0] not in
             {e.split("=")[0] for e in extra}]
+    cfg = _compose(*base, *extra)
     with pytest.raises(ValueError, match=re.escape(message)):
-        check_config(_compose(*base, *extra))
+        check_config(cfg)
+        check_environment(cfg)
 
 
 def test_entry_point_prints_the_replay_age_bound(launch_paths, capsys):
-    from grpo_replay.integrations.verl.main import check_config
+    from grpo_replay.integrations.verl.main import check_config, check_environment
     from grpo_replay.integrations.verl.runner_v1 import ReplayTaskRunnerV1
 
     cfg = _compose("algorithm.adv_estimator=grpo", *launch_paths, "trainer.v1.trainer_mode=colocate_async",
                    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1", "ray_kwargs.ray_init.num_cpus=2")
     assert check_config(cfg) is ReplayTaskRunnerV1
+    check_environment(cfg)
     assert ("replay age bound: 7 versions = min(replay.tau_max=10, trainer.v1.sampler.max_off_policy_threshold - 1 "
             "= 7) in colocate_async") in capsys.readouterr().out
 
