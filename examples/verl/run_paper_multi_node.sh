@@ -10,8 +10,8 @@
 #
 # TRAINER / MODE as in run_paper_single_node.sh. On v1 (the default) the stored rollouts' tensors live in
 # TransferQueue's storage units, spread over the Ray nodes (use >= 2 units per node:
-# transfer_queue.backend.SimpleStorage.num_data_storage_units); the trainer (TaskRunner actor) keeps only the
-# buffer's scalar columns. On the legacy trainer the whole buffer lives in the TaskRunner actor. Checkpoints go to
+# transfer_queue.backend.SimpleStorage.num_data_storage_units); the trainer (TaskRunner actor) keeps about 0.5 KB
+# per stored row (the buffer's scalar columns and verl's sampler's copy of each row's tag). On the legacy trainer the whole buffer lives in the TaskRunner actor. Checkpoints go to
 # trainer.default_local_dir, which must be shared storage (TransferQueue's checkpoint is written from every node).
 set -euo pipefail
 export RAY_ADDRESS=${RAY_ADDRESS:-auto}

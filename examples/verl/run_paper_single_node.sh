@@ -7,7 +7,9 @@
 # Trainer: verl's default v1 trainer (TRAINER=v1) in MODE=sync (default) or MODE=colocate_async, or the legacy
 # RayPPOTrainer (TRAINER=legacy, i.e. trainer.use_v1=false). On v1 the stored rollouts live in TransferQueue's
 # storage units; its total_storage_size (verl default 100000 rows) must hold replay.capacity rows plus the rows
-# in flight (checked at launch).
+# in flight (checked at launch). In colocate_async / separate_async replay rows are also bounded by verl's
+# trainer.v1.sampler.max_off_policy_threshold: age <= threshold - 1 (verl's default 8 -> 7 < tau_max=10; the bound
+# in force is printed at launch).
 #
 # Environment: a GPU machine with verl's GPU extras, made by `bash scripts/setup_verl_gpu.sh` (.venv-verl-gpu:
 # torch 2.11.0 first, flash-attn 2.8.3 built with --no-build-isolation, verl[vllm,fsdp]==0.9.1, this project; a

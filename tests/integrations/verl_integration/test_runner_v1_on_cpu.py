@@ -7,6 +7,7 @@ the trainer loads the model config. The entry point's bad-input checks run as a 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import sys
@@ -44,7 +45,19 @@ def test_v1_runner_binds_the_replay_trainer_and_refuses_what_it_cannot_run(monke
     assert hasattr(ReplayTaskRunnerV1, "remote")
 
 
+def test_package_exports_every_v1_trainer_class():
+    import grpo_replay.integrations.verl as pkg
+    from grpo_replay.integrations.verl.trainer_v1 import REPLAY_CLASSES
+
+    assert {getattr(pkg, name) for name in pkg.__all__ if name.startswith("ReplayPPOTrainer")} == set(
+        REPLAY_CLASSES.values())
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None
+
+
 def _main(*overrides):
+    if not any(o.startswith("algorithm.adv_estimator=") for o in overrides):
+        overrides = ("algorithm.adv_estimator=grpo", *overrides)  # verl's default, gae, is refused
     env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     # A temporary working directory: Hydra writes its outputs/ folder there, not into the checkout.
     with tempfile.TemporaryDirectory() as cwd:
@@ -71,6 +84,75 @@ def test_main_refuses_bad_settings_with_exit_2_before_ray(override, message):
     r = _main(*override.split(), f"actor_rollout_ref.model.path={MISSING_MODEL}")
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "ray init" not in r.stdout
+
+
+@pytest.fixture()
+def launch_paths(tmp_path):
+    """An existing model folder and data file, so that the checks after the path checks are reached."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "train.parquet").write_bytes(b"")
+    return [f"actor_rollout_ref.model.path={tmp_path / 'model'}", f"data.train_files=[{tmp_path / 'train.parquet'}]",
+            f"data.val_files=[{tmp_path / 'train.parquet'}]"]
+
+
+def _compose(*overrides):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="grpo_replay.integrations.verl.config", version_base=None):
+        return compose(config_name="replay_ppo_trainer", overrides=list(overrides))
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("algorithm.adv_estimator=gae", "algorithm.adv_estimator='gae': replay stores one advantage per rollout"),
+        ("critic.enable=true", "critic.enable=true: replay stores one advantage per rollout"),
+        ("actor_rollout_ref.actor.use_prefix_grouper=true",
+         "actor_rollout_ref.actor.use_prefix_grouper=true: verl's v1 trainer does not use the prefix grouper"),
+        ("trainer.v1.trainer_mode=colocate_async trainer.v1.sampler.max_off_policy_threshold=1",
+         "max_off_policy_threshold=1 lets a trajectory span one version only"),
+        ("transfer_queue.backend.SimpleStorage.num_data_storage_units=8 ray_kwargs.ray_init.num_cpus=2",
+         "num_data_storage_units=8: TransferQueue asks Ray for 9 CPUs"),
+        ("actor_rollout_ref.model.path=/nonexistent/model",
+         "actor_rollout_ref.model.path: /nonexistent/model does not exist"),
+        ("data.train_files=[/nonexistent/train.parquet]", "data.train_files: /nonexistent/train.parquet does not exist"),
+    ],
+)
+def test_entry_point_checks_refuse_what_cannot_run(launch_paths, override, message):
+    """`main.check_config` and `main.check_environment` (what the entry point runs before Ray) on verl's composed
+    config; the exit status 2 of the entry point itself is tested above and for the resource shortfall below."""
+    from grpo_replay.integrations.verl.main import check_config, check_environment
+
+    extra = override.split()
+    base = [o for o in ["algorithm.adv_estimator=grpo", *launch_paths] if o.split("=")[0] not in
+            {e.split("=")[0] for e in extra}]
+    cfg = _compose(*base, *extra)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_config(cfg)
+        check_environment(cfg)
+
+
+def test_entry_point_prints_the_replay_age_bound(launch_paths, capsys):
+    from grpo_replay.integrations.verl.main import check_config, check_environment
+    from grpo_replay.integrations.verl.runner_v1 import ReplayTaskRunnerV1
+
+    cfg = _compose("algorithm.adv_estimator=grpo", *launch_paths, "trainer.v1.trainer_mode=colocate_async",
+                   "transfer_queue.backend.SimpleStorage.num_data_storage_units=1", "ray_kwargs.ray_init.num_cpus=2")
+    assert check_config(cfg) is ReplayTaskRunnerV1
+    check_environment(cfg)
+    assert ("replay age bound: 7 versions = min(replay.tau_max=10, trainer.v1.sampler.max_off_policy_threshold - 1 "
+            "= 7) in colocate_async") in capsys.readouterr().out
+
+
+@pytest.mark.timeout(600)
+def test_main_turns_a_resource_shortfall_into_exit_2(launch_paths):
+    """verl's default of 8 storage units on a 2-CPU Ray would wait forever in tq.init."""
+    r = _main(*launch_paths, "transfer_queue.backend.SimpleStorage.num_data_storage_units=8",
+              "ray_kwargs.ray_init.num_cpus=2")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert ("num_data_storage_units=8: TransferQueue asks Ray for 9 CPUs (one per storage unit and one for its "
+            "controller) but the local Ray cluster run_ppo starts has 2 free") in r.stderr
+    assert "ray init" not in r.stdout
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +188,12 @@ def test_v1_runner_starts_as_ray_actor_and_builds_the_replay_trainer(local_ray, 
         t = type(runner_self.trainer)
         return {"pid": os.getpid(), "trainer": f"{t.__module__}.{t.__qualname__}",
                 "get_trainer_cls": v1.get_trainer_cls.__module__}
+
+    # inside the cluster: TransferQueue's placement group must fit the cluster's free CPUs, before tq.init
+    many = cfg.copy()
+    many.transfer_queue.backend.SimpleStorage.num_data_storage_units = 16
+    with pytest.raises(Exception, match="num_data_storage_units=16: TransferQueue asks Ray for 17 CPUs"):  # noqa: PT011
+        ray.get(ReplayTaskRunnerV1.remote().run.remote(many), timeout=120)
 
     seen = ray.get(runner.__ray_call__.remote(probe), timeout=60)
     assert seen["pid"] != os.getpid()

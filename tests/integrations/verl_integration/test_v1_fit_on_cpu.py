@@ -1,10 +1,11 @@
-"""Replay through verl 0.9.1's real v1 `fit()` loop, sync mode, on CPU (v1_driver.py says what is faked).
+"""Replay through verl 0.9.1's real v1 `fit()` loop, in its three trainer modes, on CPU (v1_driver.py says what
+is faked).
 
 One Ray cluster (4 CPUs) and one TransferQueue (2 storage units) for the module; each run gets a TransferQueue
 emptied first, as a fresh process would have. Checked at the loss (the fake actor records every row it trains on):
-replay rows' old log-probs / advantages / rollout log-probs are bit-identical to what the same row carried at its
-birth step, ages lie in [1, tau_max] versions, the replay share is as configured once warm, `replay=grpo` trains
-exactly as verl's own `PPOTrainerSync`, and a resume from a mid-run checkpoint continues the same draws.
+replay rows' old log-probs / advantages / rollout log-probs (and router-replay, distillation and multi-modal fields)
+are bit-identical to what the same row carried when it was trained fresh, ages lie in [1, tau_max] versions, the replay share is as configured once warm, `replay=grpo` trains
+exactly as verl's own trainer of the mode, and a resume from a mid-run checkpoint continues the same draws.
 """
 from __future__ import annotations
 
@@ -18,90 +19,28 @@ pytest.importorskip("verl.protocol")
 ray = pytest.importorskip("ray")
 tq = pytest.importorskip("transfer_queue")
 
-from hydra import compose, initialize_config_module  # noqa: E402
-from v1_driver import run_fit, write_dataset  # noqa: E402
+from v1_driver import FakeAgentLoop, run_fit, sampler_snapshot_bytes  # noqa: E402
+from v1_setup import MODES, RATIO, SHAPE, TAU, by_step, empty_tq, replay_cls, tq_cluster, v1_config  # noqa: E402,F401
 
 from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key, tq_row_nbytes  # noqa: E402
 
-ROLLOUT_N, PROMPTS, TAU = 4, 4, 2
-RATIO = ("replay.replay_ratio=0.5",)
+FIELDS = ("old_log_probs", "advantages", "rollout_log_probs", *FakeAgentLoop.EXTRA_FIELDS)
 
 
-@pytest.fixture(scope="module")
-def tq_cluster():
-    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "src"))
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
-    from omegaconf import OmegaConf
-
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 2}}}))
-    yield
-    tq.close()
-    ray.shutdown()
-
-
-def empty_tq():
-    for pid, items in (tq.kv_list() or {}).items():
-        if items:
-            tq.kv_clear(keys=list(items), partition_id=pid)
-
-
-def v1_config(tmp_path, mode, *overrides):
-    os.makedirs(tmp_path, exist_ok=True)
-    data = str(tmp_path / "data.parquet")
-    if not os.path.exists(data):
-        write_dataset(data)
-    with initialize_config_module(config_module="grpo_replay.integrations.verl.config", version_base=None):
-        cfg = compose(
-            config_name="replay_ppo_trainer",
-            overrides=[
-                f"data.train_files=[{data}]", f"data.val_files=[{data}]", f"data.train_batch_size={PROMPTS}",
-                "data.max_prompt_length=32", "data.max_response_length=6", "data.dataloader_num_workers=0",
-                f"actor_rollout_ref.rollout.n={ROLLOUT_N}", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.model.path=/nonexistent",
-                "algorithm.adv_estimator=grpo", "trainer.total_training_steps=6", "trainer.save_freq=3",
-                "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[console]",
-                f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.resume_mode=disable",
-                "trainer.n_gpus_per_node=2",
-                "replay.warmup_steps=0", f"replay.tau_max={TAU}", f"trainer.v1.trainer_mode={mode}",
-                *(SEPARATE if mode == "separate_async" else []),
-                *overrides,
-            ],
-        )
-    cfg.transfer_queue.enable = True
-    return cfg
-
-
-def replay_cls(mode):
-    from grpo_replay.integrations.verl.trainer_v1 import replay_trainer_cls
-
-    return replay_trainer_cls(mode)
-
-
-MODES = ["sync", "colocate_async", "separate_async"]
-# per mode: fresh rows per actor update, optimizer steps per update (K), replay rows per update once warm
-SHAPE = {"sync": (16, 2, 8), "colocate_async": (16, 2, 8), "separate_async": (8, 1, 4)}
-SEPARATE = [  # train_batch_size = parameter_sync_step * ppo_mini_batch_size; standalone rollout only
-    "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.hybrid_engine=false",
-    "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
-    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
-]
-
-
-def by_step(trainer):
-    """{global step: [its actor updates]} (separate_async: parameter_sync_step updates per step)."""
-    out = {}
-    for u in trainer.actor_rollout_wg.updates:
-        out.setdefault(u["step"], []).append(u)
-    return out
+def same(a, b) -> bool:
+    """Bit-identical tensors, or dicts of them."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return torch.equal(a, b)
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", MODES)
 def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     empty_tq()
+    # extras: router replay, distillation and multi-modal fields on every row, carried with the stored row
     t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false",
-                                            "trainer.max_actor_ckpt_to_keep=1"))
+                                            "trainer.max_actor_ckpt_to_keep=1"), extras=True)
     n_fresh, k_steps, n_warm = SHAPE[mode]
     steps = by_step(t)
     assert sorted(steps) == list(range(1, 7))
@@ -122,8 +61,9 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
             for k, tag in replay:
                 st = tag[STORE_TAG]
                 assert 1 <= step - st["birth"] <= TAU and st["step"] < step
-                for f in ("old_log_probs", "advantages", "rollout_log_probs"):
-                    assert torch.equal(up["rows"][k][f], born[(st["step"], st["of"])][f]), (step, k, f)
+                assert set(up["rows"][k]) == set(FIELDS)
+                for f in FIELDS:
+                    assert same(up["rows"][k][f], born[(st["step"], st["of"])][f]), (step, k, f)
                 seen_replay += 1
             assert up["fields"] == steps[1][0]["fields"]  # replay rows carry exactly the fresh rows' fields
         assert "training/off_policy/trajectory_staleness/mean" in m
@@ -140,17 +80,27 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     for r, st in replayed:
         assert torch.equal(r["old_log_probs"], r["rollout_log_probs"]) == (st["step"] == st["birth"])
     assert any(st["step"] != st["birth"] for _, st in replayed) == (mode != "sync")
-    # max_actor_ckpt_to_keep=1: only the newest step folder keeps the buffer and (sync) its rows
+    # max_actor_ckpt_to_keep=1: only the newest step folder keeps the buffer and the stored rows, ours in sync
+    # mode, verl's TransferQueue checkpoint (which holds them) in the async modes
     old, new = tmp_path / "ckpt" / "global_step_3", tmp_path / "ckpt" / "global_step_6"
     assert not list(old.glob("replay_*")) and (new / "replay_buffer.store.json").exists()
+    assert not (old / "transfer_queue").exists() and (old / "data.pt").exists()
     assert (new / "replay_transfer_queue").exists() == (mode == "sync")
+    assert (new / "transfer_queue").exists() == (mode != "sync")
     # where the stored rows live: scalars in this process, token tensors in TransferQueue's storage units
     listed = tq.kv_list("train")["train"]
     stored = [k for k in listed if is_store_key(k)]
     assert len(stored) == len(t.replay_store.buffer)
     row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
     st = t.replay_store.buffer.storage
-    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns); "
+    # verl's sampler, in the same process, snapshots every key's tag on each poll: stored rows included
+    with_rows = sampler_snapshot_bytes(t.replay_buffer)
+    tq.kv_clear(keys=stored, partition_id="train")
+    without = sampler_snapshot_bytes(t.replay_buffer)
+    kept, peak = ((a - b) / len(stored) for a, b in zip(with_rows, without))
+    assert 0 < kept <= peak
+    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns), "
+          f"plus {kept:.0f} kept ({peak:.0f} at the peak of a poll) by verl's sampler ({len(stored)} rows); "
           f"in TransferQueue: {tq_row_nbytes(row)} of tensor fields (this toy row)")
 
 

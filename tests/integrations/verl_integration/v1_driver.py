@@ -83,52 +83,83 @@ class FakeCheckpointManager:
 
 
 class FakeAgentLoop:
-    """`generate_sequences(batch)` as `AgentLoopManagerTQ` + `AgentLoopWorkerTQ` do, synchronously."""
+    """`generate_sequences(batch)` as `AgentLoopManagerTQ` + `AgentLoopWorkerTQ` do, synchronously.
 
-    def __init__(self, config, tokenizer, model: Bigram, weights: FakeCheckpointManager):
+    `multi_output`: session 0 of every even-indexed prompt returns two outputs, keys `{uid}_0_0` (its first turn)
+    and `{uid}_0_1` (the whole session), both with the session's reward, as `_agent_loop_postprocess` writes a
+    multi-output agent loop. `fail`: the last session of every odd-indexed prompt raises, so the prompt
+    ends with status `failure` and one trajectory short (`_run_prompt`). `extras`: every row also carries the
+    per-token fields of router replay (`routed_experts`), distillation (`teacher_ids`, `teacher_logprobs`) and a
+    multi-modal model (`multi_modal_inputs`, a dict of tensors), random but fixed per row."""
+
+    EXTRA_FIELDS = ("routed_experts", "teacher_ids", "teacher_logprobs", "multi_modal_inputs")
+
+    def __init__(self, config, tokenizer, model: Bigram, weights: FakeCheckpointManager, multi_output=False,
+                 fail=False, extras=False):
         self.config, self.tok, self.model, self.weights = config, tokenizer, model, weights
+        self.multi_output, self.fail, self.extras = multi_output, fail, extras
+
+    @staticmethod
+    def _extras(n_tokens: int, seed: int) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        return {"routed_experts": torch.randint(0, 8, (n_tokens, 2, 2), generator=g, dtype=torch.int32),
+                "teacher_ids": torch.randint(0, 40, (n_tokens, 2), generator=g),
+                "teacher_logprobs": torch.randn(n_tokens, 2, generator=g),
+                "multi_modal_inputs": {"pixel_values": torch.randn(3, 4, generator=g)}}
+
+    def _row(self, prompt_ids, resp, reward, version, extra):
+        ids = torch.tensor(prompt_ids + resp)
+        with torch.no_grad():
+            lp = self.model.token_logps(ids)[len(prompt_ids) - 1 : len(ids) - 1].float()
+        c = len(resp)
+        rm = torch.zeros(c)
+        rm[-1] = reward
+        f = {
+            "prompts": torch.tensor(prompt_ids), "responses": torch.tensor(resp),
+            "response_mask": torch.ones(c, dtype=torch.int64), "loss_mask": torch.ones(c, dtype=torch.int64),
+            "rollout_log_probs": lp, "rm_scores": rm, "num_turns": 2,
+            "input_ids": ids, "position_ids": torch.arange(len(ids)),
+            "extra_fields": {"min_global_steps": version, "max_global_steps": version,
+                             "reward_extra_info": {"acc": reward}},
+            **extra,
+        }
+        tag = {"status": "success", "prompt_len": len(prompt_ids), "response_len": c, "seq_len": len(ids),
+               "global_steps": extra["global_steps"], "min_global_steps": version, "max_global_steps": version}
+        return f, tag
 
     def generate_sequences(self, batch: TensorDict) -> None:
         n = int(self.config.actor_rollout_ref.rollout.n)
         resp_len = int(self.config.data.max_response_length)
         version = self.weights.version
-        keys, fields, tags = [], [], []
+        keys, fields, tags, statuses = [], [], [], []
         for i in range(len(batch)):
             uid = batch["uid"][i]
             messages = batch["raw_prompt"][i]
             text = self.tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=False)
             prompt_ids = self.tok.encode(text, add_special_tokens=False)
             index = int(batch["index"][i]) if "index" in batch.keys() else i
-            for s in range(n):
+            failed = self.fail and index % 2 == 1
+            for s in range(n - 1 if failed else n):
                 g = np.random.default_rng(1000 * int(batch["global_steps"]) + 10 * index + s)
                 c = int(g.integers(2, resp_len + 1))
                 resp = g.integers(3, len(self.tok), size=c).tolist()
-                ids = torch.tensor(prompt_ids + resp)
-                with torch.no_grad():
-                    lp = self.model.token_logps(ids)[len(prompt_ids) - 1 : len(ids) - 1].float()
                 reward = float(sum(resp) % 3 == 0)
-                rm = torch.zeros(c)
-                rm[-1] = reward
-                f = {
-                    "prompts": torch.tensor(prompt_ids), "responses": torch.tensor(resp),
-                    "response_mask": torch.ones(c, dtype=torch.int64), "loss_mask": torch.ones(c, dtype=torch.int64),
-                    "rollout_log_probs": lp, "rm_scores": rm, "num_turns": 2,
-                    "input_ids": ids, "position_ids": torch.arange(len(ids)),
-                    "extra_fields": {"min_global_steps": version, "max_global_steps": version,
-                                     "reward_extra_info": {"acc": reward}},
-                    "uid": uid, "session_id": s, "raw_prompt": list(messages), "index": index,
-                    "global_steps": int(batch["global_steps"]), "data_source": "synthetic",
-                }
-                keys.append(f"{uid}_{s}_0")
-                fields.append(f)
-                tags.append({"status": "success", "prompt_len": len(prompt_ids), "response_len": c,
-                             "seq_len": len(ids), "global_steps": int(batch["global_steps"]),
-                             "min_global_steps": version, "max_global_steps": version})
+                extra = {"uid": uid, "session_id": s, "raw_prompt": list(messages), "index": index,
+                         "global_steps": int(batch["global_steps"]), "data_source": "synthetic"}
+                outputs = [resp[: c // 2], resp] if self.multi_output and s == 0 and index % 2 == 0 else [resp]
+                for j, out in enumerate(outputs):
+                    f, tag = self._row(prompt_ids, out, reward, version, extra)
+                    if self.extras:
+                        f.update(self._extras(len(f["input_ids"]), 1000 * int(batch["global_steps"]) + 10 * index + s))
+                    keys.append(f"{uid}_{s}_{j}")
+                    fields.append(f)
+                    tags.append(tag)
+            statuses.append("failure" if failed else "finished")
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
         tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags, partition_id="train")
         for i in range(len(batch)):
-            tq.kv_put(key=batch["uid"][i], partition_id="train", tag={"status": "finished"})
+            tq.kv_put(key=batch["uid"][i], partition_id="train", tag={"status": statuses[i]})
 
 
 class FakeActorWG:
@@ -165,8 +196,9 @@ class FakeActorWG:
         assert len(batch) % mb == 0 and mb % self.dp == 0, (len(batch), mb, self.dp)
         rec = {"step": None, "keys": list(batch.keys), "tags": list(batch.tags), "mini_batch_size": mb,
                "fields": sorted(rows.keys()), "rows": {}}
+        recorded = ("old_log_probs", "advantages", "rollout_log_probs", *FakeAgentLoop.EXTRA_FIELDS)
         for j, k in enumerate(batch.keys):
-            rec["rows"][k] = {f: rows[f][j].clone() for f in ("old_log_probs", "advantages", "rollout_log_probs")}
+            rec["rows"][k] = {f: _clone(rows[f][j]) for f in recorded if f in rows.keys()}
         self.updates.append(rec)
         losses = []
         for lo in range(0, len(batch), mb):
@@ -175,7 +207,7 @@ class FakeActorWG:
             ids = [rows["input_ids"][j] for j in range(lo, lo + mb)]
             lp = [self.model.token_logps(x)[-len(a) - 1 : -1] for x, a in zip(ids, parts["advantages"])]
             pad = lambda xs: torch.nn.utils.rnn.pad_sequence(xs, batch_first=True)  # noqa: E731
-            mask = pad([torch.ones_like(a) for a in parts["advantages"]])
+            mask = pad([rows["response_mask"][j] for j in range(lo, lo + mb)])  # verl's padding rows: all 0
             loss, _ = compute_policy_loss_vanilla(pad(parts["old_log_probs"]), pad(lp), pad(parts["advantages"]),
                                                   mask, "token-mean", self.loss_cfg)
             loss.backward()
@@ -202,6 +234,29 @@ class FakeActorWG:
         state = torch.load(os.path.join(local_path, "m.pt"))
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
+
+
+def sampler_snapshot_bytes(sampler) -> tuple[int, int]:
+    """(bytes kept, peak bytes) of one poll of TransferQueue by verl's v1 sampler in this process
+    (`tq.kv_list()` of every partition, every key's tag copied into its own dicts), traced with tracemalloc."""
+    import gc
+    import tracemalloc
+
+    sampler._sync_metadata_from_transfer_queue()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        sampler._sync_metadata_from_transfer_queue()  # frees the previous snapshot (allocated untraced)
+        gc.collect()
+        return tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+
+def _clone(value):
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def cpu_trainer_cls(base: type) -> type:
@@ -260,7 +315,8 @@ class CountingUUID:
         return uuid.UUID(int=self.n)
 
 
-def run_fit(cls: type, config, uid_start: int = 0) -> object:
+def run_fit(cls: type, config, uid_start: int = 0, **agent) -> object:
+    """verl's `fit()` of `cls` on CPU; `agent` goes to `FakeAgentLoop` (multi_output, fail, extras)."""
     import verl.trainer.ppo.v1.trainer_base as base
 
     real, base.uuid = base.uuid, CountingUUID(uid_start)
@@ -268,8 +324,8 @@ def run_fit(cls: type, config, uid_start: int = 0) -> object:
         trainer = cpu_trainer_cls(cls)(config=config)
         trainer.uid_names = base.uuid
         trainer.init()
-        agent = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager)
-        trainer.fit(agent)
+        loop = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager, **agent)
+        trainer.fit(loop)
     finally:
         base.uuid = real
     return trainer

@@ -3,8 +3,9 @@
 - `ReplayHook` (hook.py): fresh `DataProto` -> composed `DataProto`; needs only `verl.DataProto`.
 - `ReplayRayPPOTrainer` (trainer.py): the legacy `RayPPOTrainer` with replay in `_update_actor` and the buffer
   saved in verl's checkpoint folder; needs `verl[verl-core]` (Ray).
-- `ReplayPPOTrainerSync` / `ReplayPPOTrainerColocateAsync` (trainer_v1.py, rows kept in TransferQueue by
-  v1_store.py): verl's v1 trainer (`trainer.use_v1=true`, verl's default) with replay in `_update_actor`.
+- `ReplayPPOTrainerSync` / `ReplayPPOTrainerColocateAsync` / `ReplayPPOTrainerSeparateAsync` (trainer_v1.py,
+  rows kept in TransferQueue by v1_store.py, launch checks in v1_checks.py): verl's v1 trainer
+  (`trainer.use_v1=true`, verl's default) with replay in `_update_actor`.
 - `ReplayTaskRunner` (runner.py, legacy) / `ReplayTaskRunnerV1` (runner_v1.py) and `main` (main.py):
   `run_ppo(config, task_runner_class=...)` with the Hydra config `replay_ppo_trainer` (verl's `ppo_trainer` + the
   `replay` group); `main` picks the runner from `trainer.use_v1`.
@@ -29,6 +30,7 @@ __all__ = [
     "ReplayTaskRunnerV1",
     "ReplayPPOTrainerSync",
     "ReplayPPOTrainerColocateAsync",
+    "ReplayPPOTrainerSeparateAsync",
 ]
 
 
@@ -45,7 +47,7 @@ def __getattr__(name):
         from .runner_v1 import ReplayTaskRunnerV1
 
         return ReplayTaskRunnerV1
-    if name in ("ReplayPPOTrainerSync", "ReplayPPOTrainerColocateAsync"):
+    if name in ("ReplayPPOTrainerSync", "ReplayPPOTrainerColocateAsync", "ReplayPPOTrainerSeparateAsync"):
         from . import trainer_v1
 
         return getattr(trainer_v1, name)

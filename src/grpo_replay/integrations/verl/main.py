@@ -4,7 +4,8 @@ The same as `python -m verl.trainer.main_ppo` with the config `replay_ppo_traine
 `replay` group) and a replay task runner: verl's v1 trainer by default (`trainer.use_v1=true`, `ReplayTaskRunnerV1`),
 the legacy `RayPPOTrainer` with `trainer.use_v1=false` (`ReplayTaskRunner`). Pick a preset with
 `replay=paper|grpo|uniform_pool|sigma_pool` and override fields with `replay.tau_max=5` etc. A bad replay setting or
-an unsupported `trainer.v1.trainer_mode` is refused with exit status 2 before Ray starts.
+an unsupported `trainer.v1.trainer_mode`, a configuration replay cannot run, a missing local path or too few CPUs
+for TransferQueue is refused with exit status 2 before Ray starts.
 """
 from __future__ import annotations
 
@@ -16,20 +17,34 @@ from .hook import split_config
 
 
 def check_config(config) -> type:
-    """Validate what grpo-replay adds (ValueError naming the field) and return the task runner class to use."""
+    """Validate what grpo-replay adds to the config (ValueError naming the field) and return the task runner class
+    to use. The config alone decides: `check_environment` checks this machine's paths and CPUs."""
     from omegaconf import OmegaConf
 
     split_config(OmegaConf.to_container(config.replay, resolve=True))
     if config.trainer.get("use_v1", True):
         from .runner_v1 import ReplayTaskRunnerV1
-        from .trainer_v1 import check_storage, replay_trainer_cls
+        from .trainer_v1 import replay_trainer_cls
+        from .v1_checks import check_config as check_v1
 
         replay_trainer_cls(config.trainer.v1.trainer_mode)
-        check_storage(config)
+        check_v1(config)
         return ReplayTaskRunnerV1
     from .runner import ReplayTaskRunner
 
     return ReplayTaskRunner
+
+
+def check_environment(config) -> None:
+    """What this launch needs from the machine, before Ray starts (ValueError naming the field): local model and
+    data paths exist and, on v1 with a Ray cluster `run_ppo` starts itself, TransferQueue's storage units fit its
+    CPUs. Prints the replay age bound in force (v1)."""
+    from .v1_checks import check_paths, check_resources, local_ray_cpus, replay_settings
+
+    check_paths(config)
+    if config.trainer.get("use_v1", True):
+        check_resources(config, local_ray_cpus(config), "the local Ray cluster run_ppo starts")
+        print(replay_settings(config)[2])
 
 
 @hydra.main(config_path="config", config_name="replay_ppo_trainer", version_base=None)
@@ -42,6 +57,7 @@ def main(config) -> None:
     auto_set_device(config)
     try:
         runner = check_config(config)
+        check_environment(config)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -19,6 +19,7 @@ except ImportError as e:  # pragma: no cover
     raise ImportError(f"ReplayTaskRunnerV1 needs verl[verl-core] (Ray): {INSTALL_HINT} ({e})") from e
 
 from .trainer_v1 import replay_trainer_cls
+from .v1_checks import check_config, check_resources
 
 
 def verl_v1_runner_class() -> type:
@@ -40,7 +41,11 @@ class ReplayTaskRunnerV1Impl:
     def run(self, config):
         if not config.trainer.get("use_v1", True):
             raise ValueError("ReplayTaskRunnerV1 runs verl's v1 trainer: use ReplayTaskRunner for trainer.use_v1=false")
-        replay_trainer_cls(config.trainer.v1.trainer_mode)  # a mode replay does not support fails here, before tq.init
+        # what replay cannot run fails here, before tq.init (which waits silently for CPUs the cluster lacks)
+        replay_trainer_cls(config.trainer.v1.trainer_mode)
+        check_config(config)
+        free = ray.available_resources().get("CPU", 0.0) if ray.is_initialized() else None
+        check_resources(config, free, "the Ray cluster")
         _v1.get_trainer_cls = replay_trainer_cls  # the name verl's run() imports; this actor's process only
         return verl_v1_runner_class().run(self, config)
 

@@ -7,14 +7,16 @@
   stored rows under keys of their own in the same partition (v1_store.py): appended to the batch's keys, they
   reach the actor exactly as they were stored. The PPO mini-batch is scaled for this call so the optimizer-step
   count is unchanged, and the composed batch is a multiple of every size verl divides it by, so verl's padding
-  path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. The fresh rows
-  are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
+  path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. Padding rows
+  verl added before the old log-probs (tag `is_padding`, `response_mask` 0) are filler like zero-variance rows:
+  used to reach that multiple, never stored. The real fresh rows are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
 - `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
   `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
 - `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and, in sync mode, where verl saves no
   TransferQueue state, the stored rows (TransferQueue's own checkpoint of the store keys) are written to
-  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`.
+  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is complete,
+  step folders verl no longer keeps an actor checkpoint for lose their stored rows (`prune_store`).
 
 Age is counted in policy versions: a row's birth is the oldest weight version that generated it
 (`min_global_steps` tag) + 1, so age = global step - birth = how many versions the trained policy is past it;
@@ -27,13 +29,13 @@ import logging
 import math
 import os
 import shutil
-from typing import Any
 
 import numpy as np
+import torch
 
-from ...advantage import nonzero_variance_mask
-from .trainer import BUFFER_NAME, _override, replay_dict, resume_folder, stale_buffer_folders, step_folder
-from .hook import ReplayHook, split_config
+from .trainer import BUFFER_NAME, _override, resume_folder, stale_buffer_folders, step_folder
+from .hook import ReplayHook
+from .v1_checks import check_config, replay_settings
 from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
 
 try:
@@ -50,10 +52,7 @@ except ImportError as e:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 TQ_DIR = "replay_transfer_queue"
-
-
-def make_store(config: Any) -> TQReplayStore:
-    return TQReplayStore(*split_config(replay_dict(config)))
+VERL_TQ_DIR = "transfer_queue"  # verl's TransferQueue checkpoint in the async modes
 
 
 class ReplayV1Mixin:
@@ -63,8 +62,10 @@ class ReplayV1Mixin:
         mode = config.trainer.v1.trainer_mode
         if mode not in REPLAY_CLASSES:
             replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
-        check_storage(config)
-        self.replay_store = make_store(config)
+        check_config(config)
+        cfg, settings, bound = replay_settings(config)
+        logger.info(bound)
+        self.replay_store = TQReplayStore(cfg, settings)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
         self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
@@ -74,12 +75,9 @@ class ReplayV1Mixin:
     def _update_actor(self, batch: "KVBatchMeta", metrics: dict) -> "KVBatchMeta":
         store, step, pid = self.replay_store, int(self.global_steps), batch.partition_id
         fresh = read_fresh(tq, batch.keys, batch.tags, pid, step)
-        if len(fresh) != len(batch):  # verl padded this batch: its synthetic rows cannot be composed around
-            logger.warning("step %d: verl padded the batch; no replay rows this step", step)
-            super()._update_actor(batch, metrics)
-            if store.config.enabled:
-                self._stage(fresh, nonzero_rows(fresh), pid)
-            return batch
+        # verl's synthetic padding rows (response_mask 0, tag is_padding): spare rows after the zero-variance ones
+        pad_keys = [k for k, t in zip(batch.keys, batch.tags) if t.get("is_padding", False)]
+        pad_tags = [t for t in batch.tags if t.get("is_padding", False)]
         before = store.live_ids()
         plan = store.compose(fresh, step)
         # rows this draw evicted (replay.max_uses) are read for the update first: their keys are cleared after it
@@ -88,23 +86,30 @@ class ReplayV1Mixin:
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
         unit, k_steps = self._replay_unit(len(batch), mb, rollout_n)
-        spare = np.setdiff1d(np.flatnonzero(~plan.nonzero), plan.fresh_used)
-        used, n_rep = ReplayHook._fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), fresh.advantages, unit,
-                                             len(fresh))
-        used = np.sort(used)
-        composed = self._composed_meta(batch, fresh, used, plan.replay_ids[:n_rep])
+        n = len(fresh)
+        spare = np.concatenate([np.setdiff1d(np.flatnonzero(~plan.nonzero), plan.fresh_used),
+                                n + np.arange(len(pad_keys))]).astype(np.int64)
+        adv = torch.cat([fresh.advantages.float(), torch.zeros(len(pad_keys))])
+        used, n_rep = ReplayHook._fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), adv, unit, len(batch))
+        # in verl's (balanced) order: with nothing replayed or left out the update is verl's own batch
+        where = {k: j for j, k in enumerate(batch.keys)}
+        position = np.array([where[k] for k in fresh.keys + pad_keys], dtype=np.int64)
+        used = used[np.argsort(position[used], kind="stable")]
+        composed = self._composed_meta(batch, fresh, used, plan.replay_ids[:n_rep], pad_keys, pad_tags)
         replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
         self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
         mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
         with _override(actor_cfg, "ppo_mini_batch_size", mb_rows // rollout_n):
-            changed = n_rep > 0 or len(used) != len(fresh)
+            changed = n_rep > 0 or len(used) != len(batch)
             if store.settings.rebalance and self.config.trainer.balance_batch and changed:
                 composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
             super()._update_actor(composed, metrics)
         store.clear_evicted(tq, pid, plan.replay_ids)
         # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
         n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
-        metrics.update(self._replay_log(plan, used, n_rep, len(composed), mb_rows, n_ins, step, replay_tokens))
+        n_used_fresh, n_used_pad = int((used < n).sum()), int((used >= n).sum())
+        metrics.update(self._replay_log(plan, n_used_fresh, n_used_pad, n_rep, len(composed), mb_rows, n_ins, step,
+                                        replay_tokens))
         return batch
 
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
@@ -149,9 +154,13 @@ class ReplayV1Mixin:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
         return max(wg._dispatch_info["actor"]) + 1
 
-    def _composed_meta(self, batch, fresh, used: np.ndarray, replay_ids: np.ndarray) -> "KVBatchMeta":
-        keys = [fresh.keys[i] for i in used]
-        tags = [fresh.tags[i] for i in used]
+    def _composed_meta(self, batch, fresh, used: np.ndarray, replay_ids: np.ndarray, pad_keys: list,
+                       pad_tags: list) -> "KVBatchMeta":
+        """Keys of the update: `used` indexes the fresh rows, then verl's padding rows (index >= len(fresh)),
+        followed by the stored replay rows."""
+        n = len(fresh)
+        keys = [fresh.keys[i] if i < n else pad_keys[i - n] for i in used]
+        tags = [fresh.tags[i] if i < n else pad_tags[i - n] for i in used]
         if len(replay_ids):
             listed = _listed(batch.partition_id)
             rkeys = [store_key(i) for i in replay_ids]
@@ -164,9 +173,10 @@ class ReplayV1Mixin:
             extra_info=dict(batch.extra_info),
         )
 
-    def _replay_log(self, plan, used, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict[str, float]:
+    def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict:
         out = {
-            "replay/fresh_rows": float(len(used)),
+            "replay/fresh_rows": float(n_fresh),
+            "replay/padding_rows": float(n_pad),
             "replay/zero_variance_rows": float((~plan.nonzero).sum()),
             "replay/replay_rows": float(n_rep),
             "replay/share": n_rep / total if total else 0.0,
@@ -198,8 +208,9 @@ class ReplayV1Mixin:
         self.replay_store.save(os.path.join(folder, BUFFER_NAME))
         if self.trainer_mode == "sync":  # verl saves TransferQueue in the async modes only
             tq.save_checkpoint(os.path.join(folder, TQ_DIR), metadata={"global_steps": self.global_steps})
-        prune_store(self.config.trainer.default_local_dir, keep=self.config.trainer.get("max_actor_ckpt_to_keep"))
-        return super()._save_checkpoint()
+        out = super()._save_checkpoint()
+        prune_store(self.config.trainer.default_local_dir, keep=actor_ckpt_to_keep(self.config))
+        return out
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
@@ -207,34 +218,6 @@ class ReplayV1Mixin:
         if folder is not None:
             load_store(self.replay_store, folder, self.trainer_mode)
         return out
-
-
-def check_storage(config: Any) -> None:
-    """ValueError when TransferQueue's storage cannot hold the stored rows next to the rows in flight: its
-    SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run."""
-    cfg, _ = split_config(replay_dict(config))
-    node = config.get("transfer_queue", {}).get("backend", {}).get("SimpleStorage", {})
-    limit = node.get("total_storage_size", None) if node else None
-    if limit is None or not cfg.enabled:
-        return
-    per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
-    by_age = None if cfg.tau_max is None else (cfg.tau_max + 1) * per_step  # no age bound: capacity alone bounds it
-    if by_age is None and cfg.capacity is None:
-        raise ValueError(
-            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot bound a buffer with "
-            "replay.tau_max=null and replay.capacity=null (it grows without limit); allowed: a replay.tau_max, a "
-            "replay.capacity, or no total_storage_size")
-    stored = cfg.capacity if by_age is None else by_age if cfg.capacity is None else min(cfg.capacity, by_age)
-    mode = config.trainer.v1.trainer_mode
-    warmup = float(config.trainer.v1.get(mode, {}).get("num_warmup_batches", 0) or 0)
-    n = int(config.actor_rollout_ref.rollout.n)
-    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (n + 1)  # rollouts + prompt entries
-    if stored + in_flight > int(limit):
-        raise ValueError(
-            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
-            f"rows (min(replay.capacity, (replay.tau_max + 1) * train_batch_size * rollout.n)) plus {in_flight} rows "
-            f"in flight; allowed: total_storage_size >= {stored + in_flight}, or a smaller replay.capacity"
-        )
 
 
 def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str = "train") -> bool:
@@ -268,12 +251,22 @@ def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str =
 
 
 def prune_store(default_local_dir: str, keep) -> None:
-    """Keep the buffer files and stored rows of the newest `keep` global_step folders (verl prunes actor/ alike)."""
+    """Drop the stored rows of every global_step folder but the newest `keep`, the ones whose actor checkpoint
+    verl prunes (no resume can start there): the buffer files, the sync mode's `replay_transfer_queue/` and, in
+    the async modes, verl's own `transfer_queue/`, which holds every stored row next to verl's in-flight state."""
     for folder in stale_buffer_folders(default_local_dir, keep):
         for suffix in (".json", ".npz", ".store.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(folder, BUFFER_NAME + suffix))
-        shutil.rmtree(os.path.join(folder, TQ_DIR), ignore_errors=True)
+        for name in (TQ_DIR, VERL_TQ_DIR):
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def actor_ckpt_to_keep(config) -> int | None:
+    """verl's own reading: `remove_previous_ckpt_in_save` (deprecated) means keep 1."""
+    if config.trainer.get("remove_previous_ckpt_in_save", False):
+        return 1
+    return config.trainer.get("max_actor_ckpt_to_keep", None)
 
 
 def _listed(partition_id: str) -> dict:
@@ -285,13 +278,6 @@ def _clear_keys(partition_id: str, pred) -> None:
     keys = [k for k in _listed(partition_id) if pred(k)]
     if keys:
         tq.kv_clear(keys=keys, partition_id=partition_id)
-
-
-def nonzero_rows(fresh) -> np.ndarray:
-    """Rows of groups whose rewards differ (the ones the buffer stores)."""
-    if not len(fresh):
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy())
 
 
 class ReplayPPOTrainerSync(ReplayV1Mixin, PPOTrainerSync):

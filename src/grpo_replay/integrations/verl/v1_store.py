@@ -1,8 +1,8 @@
 """Stored rollouts for verl's v1 trainer: the rows stay in TransferQueue, the buffer keeps only what it samples on.
 
 A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is copied
-field for field, tag and all, to a key of its own in the training partition, `grpo-replay-<id>`. The core
-`ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
+field for field (with the few tags it needs, KEPT_TAGS) to a key of its own in the training partition,
+`grpo-replay-<id>`. The core `ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
 std, group and prompt keys, weight) and a one-token placeholder whose "completion token" is `<id>`. A replayed row
 is that stored key itself in the update batch: nothing is rebuilt, nothing is recomputed, and in a multi-node run
 the token tensors are spread over TransferQueue's storage units instead of the trainer process.
@@ -31,6 +31,9 @@ KEY_PREFIX = "grpo-replay-"
 STORE_TAG = "grpo_replay"
 """Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
 "step" (the global step that trained on it fresh)}."""
+KEPT_TAGS = ("seq_len", "prompt_len", "response_len")
+"""Of the fresh row's tag, what a stored row keeps (`_balance_batch` reads `seq_len`): verl's sampler copies every
+key's tag into the trainer process on each poll, so a stored row's tag costs memory per row for the whole run."""
 # Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
 SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
 
@@ -80,7 +83,7 @@ def read_fresh(tq, keys: Sequence[str], tags: Sequence[dict], partition_id: str,
     padded = data.select("response_mask", "advantages", "rm_scores").to_padded_tensor()
     mask = padded["response_mask"].long()
     advantages = row_advantages(padded["advantages"], mask)
-    rewards = padded["rm_scores"].float().sum(-1)
+    rewards = session_rewards(keys, padded["rm_scores"].float().sum(-1))
     _, inv = np.unique(np.asarray(list(data["uid"])).astype(str), return_inverse=True)
     versions = [t.get("min_global_steps") for t in tags]
     birth = np.array([(global_steps - 1 if v is None else int(v)) + 1 for v in versions], dtype=np.int64)
@@ -93,6 +96,20 @@ def read_fresh(tq, keys: Sequence[str], tags: Sequence[dict], partition_id: str,
         prompt_keys=np.array([prompt_key(p) for p in prompts], dtype=np.int64),
         birth=birth,
     )
+
+
+def session_rewards(keys: Sequence[str], rewards: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's reward as its session's final output's (key `{uid}_{session}_{index}`, highest index): an
+    agent loop that emits several outputs per session scores the last one, and verl's GRPO advantage takes it
+    from that output and broadcasts it to the session's other outputs, so the zero-variance filter does too."""
+    final: dict[str, tuple[int, int]] = {}
+    sessions = []
+    for j, k in enumerate(keys):
+        session, _, index = k.rpartition("_")
+        sessions.append(session)
+        if session not in final or final[session][0] < int(index):
+            final[session] = (int(index), j)
+    return rewards[torch.tensor([final[s][1] for s in sessions], dtype=torch.long)] if len(keys) else rewards
 
 
 def placeholder_batch(ids: np.ndarray, fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
@@ -162,7 +179,8 @@ class TQReplayStore:
         )
 
     def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> np.ndarray:
-        """Copy fresh rows `rows` to new store keys (all fields, their tags plus STORE_TAG); returns their ids.
+        """Copy fresh rows `rows` to new store keys (all fields; of their tags KEPT_TAGS, plus STORE_TAG); returns
+        their ids.
         They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
         rows = np.asarray(rows, dtype=np.int64)
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
@@ -171,7 +189,7 @@ class TQReplayStore:
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         tags = [
-            {**fresh.tags[i],
+            {**{k: fresh.tags[i][k] for k in KEPT_TAGS if k in fresh.tags[i]},
              STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]

@@ -1,0 +1,165 @@
+"""What the v1 replay trainer checks before anything starts, and the replay settings it runs with.
+
+Three layers, each a ValueError naming the field and the allowed values:
+- `check_config` (the config alone): the entry point before Ray, the task runner before TransferQueue starts and
+  the trainer's `__init__` all run it, so a programmatic launch gets the same refusals;
+- `check_paths` (the entry point, before Ray): local model and data paths exist;
+- `check_resources` (the entry point for a Ray cluster it starts itself; the task runner, inside the cluster, for
+  any cluster): TransferQueue's placement group (one CPU per storage unit plus its controller) fits, since
+  `tq.init` otherwise waits for it forever without a message.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import replace
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+
+from ...config import ReplayConfig
+from .hook import VerlReplaySettings, split_config
+from .trainer import replay_dict
+
+logger = logging.getLogger(__name__)
+
+ASYNC_MODES = ("colocate_async", "separate_async")
+
+
+def _get(config: Any, dotted: str, default: Any = None) -> Any:
+    """`config.<dotted>` or `default` when a node on the way is absent (partial configs in programmatic use)."""
+    if OmegaConf.is_config(config):
+        return OmegaConf.select(config, dotted, default=default)
+    node = config
+    for part in dotted.split("."):
+        node = node.get(part, None) if hasattr(node, "get") else None
+        if node is None:
+            return default
+    return node
+
+
+def off_policy_bound(config: Any) -> Optional[int]:
+    """The largest replay age (in versions) verl's `trainer.v1.sampler.max_off_policy_threshold` allows, or None.
+
+    verl counts a trajectory's span as the versions from its dispatch to its update, inclusive
+    (`global_steps - dispatch_step + 1 <= threshold`), and enforces it in the async modes only (its sync sampler is
+    on-policy; the threshold is a no-op there). A replay row of age a (trained policy a versions past the one
+    that generated it) spans a + 1 versions, so the bound is threshold - 1."""
+    if config.trainer.v1.trainer_mode not in ASYNC_MODES:
+        return None
+    threshold = _get(config, "trainer.v1.sampler.max_off_policy_threshold")
+    return None if threshold is None else int(threshold) - 1
+
+
+def replay_settings(config: Any) -> tuple[ReplayConfig, VerlReplaySettings, str]:
+    """(replay config with tau_max = min(replay.tau_max, off_policy_bound), settings, a line saying which bound
+    holds) for a v1 config."""
+    cfg, settings = split_config(replay_dict(config))
+    bound = off_policy_bound(config)
+    mode = config.trainer.v1.trainer_mode
+    if bound is None:
+        note = f"replay age bound: replay.tau_max={cfg.tau_max} (trainer.v1.trainer_mode={mode})"
+        return cfg, settings, note
+    tau = bound if cfg.tau_max is None else min(cfg.tau_max, bound)
+    note = (f"replay age bound: {tau} versions = min(replay.tau_max={cfg.tau_max}, "
+            f"trainer.v1.sampler.max_off_policy_threshold - 1 = {bound}) in {mode}")
+    return replace(cfg, tau_max=tau), settings, note
+
+
+def check_config(config: Any) -> None:
+    """Refuse, before anything starts, what replay on verl's v1 trainer cannot run (see the module docstring)."""
+    cfg, _, _ = replay_settings(config)
+    critic = _get(config, "critic.enable")
+    if _get(config, "algorithm.adv_estimator") == "gae" or critic:
+        field = "critic.enable=true" if critic else "algorithm.adv_estimator='gae'"
+        raise ValueError(
+            f"{field}: replay stores one advantage per rollout and a critic's token-level values cannot be replayed; "
+            "allowed: an outcome estimator (grpo, rloo, reinforce_plus_plus_baseline, ...) with critic.enable "
+            "null/false, or plain verl (python -m verl.trainer.main_ppo) for GAE")
+    if _get(config, "actor_rollout_ref.actor.use_prefix_grouper", False):
+        raise ValueError(
+            "actor_rollout_ref.actor.use_prefix_grouper=true: verl's v1 trainer does not use the prefix grouper "
+            "(it would be silently ignored); allowed: false, or trainer.use_v1=false where replay supports it")
+    if cfg.enabled and cfg.tau_max is not None and cfg.tau_max < 1:
+        raise ValueError(
+            f"trainer.v1.sampler.max_off_policy_threshold={_get(config, 'trainer.v1.sampler.max_off_policy_threshold')} lets a "
+            "trajectory span one version only, so no stored row is young enough to replay; allowed: a threshold "
+            ">= 2 or null, or replay=grpo (no replay)")
+    check_storage(config, cfg)
+
+
+def check_storage(config: Any, cfg: Optional[ReplayConfig] = None) -> None:
+    """ValueError when TransferQueue's storage cannot hold the stored rows next to the rows in flight: its
+    SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run."""
+    cfg = cfg or replay_settings(config)[0]
+    limit = _get(config, "transfer_queue.backend.SimpleStorage.total_storage_size")
+    if limit is None or not cfg.enabled:
+        return
+    per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    by_age = None if cfg.tau_max is None else (cfg.tau_max + 1) * per_step  # no age bound: capacity alone bounds it
+    if by_age is None and cfg.capacity is None:
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot bound a buffer with "
+            "replay.tau_max=null and replay.capacity=null (it grows without limit); allowed: a replay.tau_max, a "
+            "replay.capacity, or no total_storage_size")
+    stored = cfg.capacity if by_age is None else by_age if cfg.capacity is None else min(cfg.capacity, by_age)
+    mode = config.trainer.v1.trainer_mode
+    warmup = float(_get(config, f"trainer.v1.{mode}.num_warmup_batches", 0) or 0)
+    n = int(config.actor_rollout_ref.rollout.n)
+    in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (n + 1)  # rollouts + prompt entries
+    if stored + in_flight > int(limit):
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
+            f"rows (min(replay.capacity, (replay.tau_max + 1) * train_batch_size * rollout.n)) plus {in_flight} rows "
+            f"in flight; allowed: total_storage_size >= {stored + in_flight}, or a smaller replay.capacity"
+        )
+
+
+def _is_local(path: str, hub_id_ok: bool) -> bool:
+    """A filesystem path, not a remote URL (`hdfs://...`) nor, where `hub_id_ok`, a hub id (`org/name`)."""
+    if "://" in path:
+        return False
+    return not hub_id_ok or os.path.isabs(path) or path.startswith(("./", "../", "~"))
+
+
+def check_paths(config: Any) -> None:
+    """Local model and data paths must exist (a hub id or a remote URL is left to verl)."""
+    fields = [("actor_rollout_ref.model.path", [_get(config, "actor_rollout_ref.model.path")], True)]
+    tok = _get(config, "actor_rollout_ref.model.tokenizer_path")
+    if tok:
+        fields.append(("actor_rollout_ref.model.tokenizer_path", [tok], True))
+    for key in ("train_files", "val_files"):
+        files = _get(config, f"data.{key}")
+        if files:
+            fields.append((f"data.{key}", [files] if isinstance(files, str) else list(files), False))
+    for field, paths, hub_id_ok in fields:
+        for p in paths:
+            if p and _is_local(str(p), hub_id_ok) and not os.path.exists(os.path.expanduser(str(p))):
+                allowed = "an existing local path, a hub id or a URL" if hub_id_ok else "existing files or URLs"
+                raise ValueError(f"{field}: {p} does not exist; allowed: {allowed}")
+
+
+def tq_cpus(config: Any) -> tuple[int, int]:
+    """(CPUs TransferQueue's placement group asks Ray for, its storage units): one per unit plus the controller."""
+    units = int(_get(config, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 1) or 1)
+    return units + 1, units
+
+
+def check_resources(config: Any, ray_cpus: Optional[float], where: str) -> None:
+    """ValueError when Ray's free CPUs (`ray_cpus`, None = unknown) cannot host TransferQueue's actors."""
+    need, units = tq_cpus(config)
+    if ray_cpus is not None and need > ray_cpus:
+        raise ValueError(
+            f"transfer_queue.backend.SimpleStorage.num_data_storage_units={units}: TransferQueue asks Ray for {need} "
+            f"CPUs (one per storage unit and one for its controller) but {where} has {ray_cpus:g} free, and "
+            "tq.init would wait for them forever; allowed: num_data_storage_units <= "
+            f"{max(0, int(ray_cpus) - 1)}, or more CPUs for Ray (ray_kwargs.ray_init.num_cpus / the cluster)")
+
+
+def local_ray_cpus(config: Any) -> Optional[float]:
+    """CPUs of the Ray cluster `run_ppo` will start itself (None when it joins an existing one)."""
+    if os.environ.get("RAY_ADDRESS") or _get(config, "ray_kwargs.ray_init.address"):
+        return None
+    num = _get(config, "ray_kwargs.ray_init.num_cpus")
+    return float(num) if num is not None else float(os.cpu_count() or 1)
