@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the verl integration tests (CPU, synthetic DataProto batches) in .venv-verl, creating it if needed.
-# Extra arguments go to pytest. About 1 minute on 2 CPUs (most of it importing torch/verl/Ray).
+# Extra arguments go to pytest. About 5 minutes on 2 idle CPUs (each fit test starts Ray and TransferQueue).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_verl.sh
