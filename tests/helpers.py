@@ -98,6 +98,33 @@ def refused(argv, out, capsys, *needles):
     return err
 
 
+def train_metrics(overrides: dict, out: Path, **extra) -> list[dict]:
+    """`grpo-replay train` into `out`, every key of `overrides` and `extra` given as `--set` (progress off); returns the
+    run's metrics rows."""
+    from grpo_replay.cli import main
+
+    argv = ["train", "--out", str(out), "--no-progress"]
+    for k, v in {**overrides, **extra}.items():
+        if k != "progress":
+            argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    assert main(argv) == 0
+    return read_jsonl(out / "metrics.jsonl")
+
+
+class ToyLM(torch.nn.Module):
+    """logits = an embedding of the input token (vocabulary 64): enough of a causal LM for token_logps."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(64, 64)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        import types
+
+        return types.SimpleNamespace(logits=self.emb(input_ids))
+
+
 def without_times(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 

@@ -4,22 +4,12 @@ import json
 
 import pytest
 
-from grpo_replay.cli import main
-from helpers import read_jsonl, refused, without_times
-
-
-def _run(overrides, out, **extra):
-    argv = ["train", "--out", str(out), "--no-progress"]
-    for k, v in {**overrides, **extra}.items():
-        if k != "progress":
-            argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
-    assert main(argv) == 0
-    return read_jsonl(out / "metrics.jsonl")
+from helpers import read_jsonl, refused, train_metrics, without_times
 
 
 def test_two_epochs_log_each_pass_and_the_second_is_off_policy(tiny_overrides, tmp_path):
-    one = _run(tiny_overrides, tmp_path / "one", preset="grpo")
-    two = _run(tiny_overrides, tmp_path / "two", preset="grpo", update_epochs=2)
+    one = train_metrics(tiny_overrides, tmp_path / "one", preset="grpo")
+    two = train_metrics(tiny_overrides, tmp_path / "two", preset="grpo", update_epochs=2)
     assert not any(k.startswith("epochs/") for r in one for k in r)
     updated = [r for r in two if r["update_rows"]]
     assert updated and all(r["epochs/passes"] == 2 for r in updated)
@@ -33,7 +23,7 @@ def test_two_epochs_log_each_pass_and_the_second_is_off_policy(tiny_overrides, t
 
 def test_dynamic_sampling_generates_until_the_batch_is_full_and_counts_every_rollout(tiny_overrides, tmp_path):
     cap = 4
-    rows = _run(tiny_overrides, tmp_path / "r", preset="grpo", dynamic_sampling=True, max_generation_rounds=cap)
+    rows = train_metrics(tiny_overrides, tmp_path / "r", preset="grpo", dynamic_sampling=True, max_generation_rounds=cap)
     ppp, G = tiny_overrides["prompts_per_step"], tiny_overrides["group_size"]
     prev = 0
     for r in rows:
@@ -49,9 +39,9 @@ def test_dynamic_sampling_generates_until_the_batch_is_full_and_counts_every_rol
     assert summary["generated_rollouts"] == evals[-1]["generated"] == rows[-1]["generated"]
 
 
-def test_dynamic_sampling_with_one_round_is_the_plain_run(tiny_overrides, tmp_path):
-    plain = _run(tiny_overrides, tmp_path / "a")
-    capped = _run(tiny_overrides, tmp_path / "b", dynamic_sampling=True, max_generation_rounds=1)
+def test_dynamic_sampling_with_one_round_is_the_plaintrain_metrics(tiny_overrides, tmp_path):
+    plain = train_metrics(tiny_overrides, tmp_path / "a")
+    capped = train_metrics(tiny_overrides, tmp_path / "b", dynamic_sampling=True, max_generation_rounds=1)
     assert all(r["dynamic/rounds"] == 1 for r in capped)
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("dynamic/")} for r in without_times(rows)]  # noqa: E731
     assert strip(capped) == strip(plain)
@@ -64,9 +54,9 @@ def test_dynamic_sampling_with_one_round_is_the_plain_run(tiny_overrides, tmp_pa
      "replay.max_drift": 0.05, "replay.age_decay": 2.0},
 ], ids=["epochs+options", "dynamic+epochs+options"])
 def test_a_resumed_run_matches_an_uninterrupted_one(tiny_overrides, tmp_path, extra):
-    whole = _run(tiny_overrides, tmp_path / "a", **extra)
-    _run(tiny_overrides, tmp_path / "b", **extra, steps=3)
-    resumed = _run(tiny_overrides, tmp_path / "b", **extra)
+    whole = train_metrics(tiny_overrides, tmp_path / "a", **extra)
+    train_metrics(tiny_overrides, tmp_path / "b", **extra, steps=3)
+    resumed = train_metrics(tiny_overrides, tmp_path / "b", **extra)
     assert without_times(resumed) == without_times(whole)
     assert whole[-1]["buffer/evicted_uses"] > 0 and sum(r["replay/drift_dropped"] for r in whole) > 0  # options acted
 

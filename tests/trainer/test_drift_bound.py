@@ -7,19 +7,7 @@ import torch
 from grpo_replay.loss import LossConfig
 from grpo_replay.trainer.logprobs import token_logps
 from grpo_replay.trainer.loop import _update
-from helpers import make_batch
-
-
-class _Toy(torch.nn.Module):
-    """logits = an embedding of the input token: enough of a causal LM for token_logps."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(64, 64)
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
-        return types.SimpleNamespace(logits=self.emb(input_ids))
+from helpers import ToyLM, make_batch
 
 
 def _batch(model):
@@ -33,7 +21,7 @@ def _batch(model):
 
 
 def _step(batch, aggregation, max_drift, micro):
-    model = _Toy()
+    model = ToyLM()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     cfg = types.SimpleNamespace(micro_batch_size=micro, temperature=1.0, max_grad_norm=0.0, update_epochs=1,
@@ -44,7 +32,7 @@ def _step(batch, aggregation, max_drift, micro):
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
 def test_drifted_rows_are_masked_out_and_the_update_equals_one_without_them(aggregation):
-    batch, far = _batch(_Toy())
+    batch, far = _batch(ToyLM())
     with_bound, stats = _step(batch, aggregation, max_drift=1.0, micro=3)  # micro-batches 3 + 3 + 2
     without_rows, _ = _step(batch.select((~far).nonzero().squeeze(1)), aggregation, max_drift=None, micro=None)
     assert stats["drift_dropped"].tolist() == far.tolist()
@@ -55,9 +43,9 @@ def test_drifted_rows_are_masked_out_and_the_update_equals_one_without_them(aggr
 
 
 def test_an_update_whose_every_row_drifted_does_not_step():
-    batch, _ = _batch(_Toy())
+    batch, _ = _batch(ToyLM())
     rep = batch.select(torch.tensor([5, 7]))
-    before = _Toy().emb.weight.detach().clone()
+    before = ToyLM().emb.weight.detach().clone()
     after, stats = _step(rep, "token_mean", max_drift=1.0, micro=None)
     assert stats["loss"] is None and stats["finite"] and bool(stats["drift_dropped"].all())
     assert torch.equal(before, after)

@@ -5,27 +5,18 @@ import json
 import pytest
 
 from grpo_replay.cli import main
-from helpers import read_jsonl
-
-
-def _run(overrides, out, **extra):
-    argv = ["train", "--out", str(out), "--no-progress"]
-    for k, v in {**overrides, **extra}.items():
-        if k != "progress":
-            argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
-    assert main(argv) == 0
-    return read_jsonl(out / "metrics.jsonl")
+from helpers import train_metrics
 
 
 def test_max_uses_evicts_rows_replayed_that_often(tiny_overrides, tmp_path):
-    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.max_uses": 1})
+    rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.max_uses": 1})
     assert rows[-1]["buffer/evicted_uses"] > 0
     # max_uses=1: every replayed row leaves the buffer after its draw, so evictions add up to the rows replayed
     assert rows[-1]["buffer/evicted_uses"] == sum(r["replay/count"] for r in rows)
 
 
 def test_fill_filtered_replays_what_the_filter_removed(tiny_overrides, tmp_path):
-    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.fill_filtered": True})
+    rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.fill_filtered": True})
     n = tiny_overrides["prompts_per_step"] * tiny_overrides["group_size"]
     warm = tiny_overrides["replay.warmup_steps"]
     assert all(r["replay/count"] == 0 for r in rows[:warm])
@@ -36,7 +27,7 @@ def test_fill_filtered_replays_what_the_filter_removed(tiny_overrides, tmp_path)
 
 
 def test_max_drift_masks_and_evicts_drifted_replay_rows(tiny_overrides, tmp_path):
-    rows = _run(tiny_overrides, tmp_path / "r", **{"replay.max_drift": 1e-9})
+    rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.max_drift": 1e-9})
     replayed = [r for r in rows if r["replay/count"]]
     assert replayed and all(0 <= r["replay/drift_mean"] <= r["replay/drift_max"] for r in replayed)
     assert sum(r["replay/drift_dropped"] for r in rows) > 0
@@ -49,8 +40,8 @@ def test_max_drift_masks_and_evicts_drifted_replay_rows(tiny_overrides, tmp_path
 
 
 def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
-    base = _run(tiny_overrides, tmp_path / "a", steps=8)
-    decayed = _run(tiny_overrides, tmp_path / "b", steps=8, **{"replay.age_decay": 0.05})
+    base = train_metrics(tiny_overrides, tmp_path / "a", steps=8)
+    decayed = train_metrics(tiny_overrides, tmp_path / "b", steps=8, **{"replay.age_decay": 0.05})
     mean_age = lambda rows: sum(r["replay/age_mean"] * r["replay/count"] for r in rows if r["replay/count"]) / sum(  # noqa: E731
         r["replay/count"] for r in rows)
     assert mean_age(decayed) < mean_age(base)
@@ -110,8 +101,8 @@ def test_a_resumed_run_with_every_option_on_matches_an_uninterrupted_one(tiny_ov
     from helpers import without_times
 
     opts = {"replay.max_uses": 2, "replay.max_drift": 1e-4, "replay.age_decay": 2.0, "replay.fill_filtered": True}
-    whole = _run(tiny_overrides, tmp_path / "a", **opts)
-    _run(tiny_overrides, tmp_path / "b", **opts, steps=3)
-    resumed = _run(tiny_overrides, tmp_path / "b", **opts)
+    whole = train_metrics(tiny_overrides, tmp_path / "a", **opts)
+    train_metrics(tiny_overrides, tmp_path / "b", **opts, steps=3)
+    resumed = train_metrics(tiny_overrides, tmp_path / "b", **opts)
     assert without_times(resumed) == without_times(whole)
     assert whole[-1]["buffer/evicted_uses"] > 0 and whole[-1]["buffer/evicted_drift"] > 0

@@ -8,19 +8,7 @@ import torch
 from grpo_replay.loss import LossConfig, ppo_clip_loss
 from grpo_replay.trainer.logprobs import token_logps
 from grpo_replay.trainer.update import update
-from helpers import make_batch
-
-
-class _Toy(torch.nn.Module):
-    """logits = an embedding of the input token: enough of a causal LM for token_logps."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(64, 64)
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
-        return types.SimpleNamespace(logits=self.emb(input_ids))
+from helpers import ToyLM, make_batch
 
 
 LR = 5.0  # large, so that pass 2's ratios leave the clip range
@@ -39,7 +27,7 @@ def _batch():
 
 
 def _run(mu, micro=None):
-    model = _Toy()
+    model = ToyLM()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     stats = update(model, opt, sched, _batch(), LOSS, _cfg(mu, micro))
@@ -48,7 +36,7 @@ def _run(mu, micro=None):
 
 def _by_hand(mu):
     """mu plain SGD steps on the whole batch, each ratio against pass 1's log-probs for the fresh rows."""
-    model = _Toy()
+    model = ToyLM()
     b = _batch()
     logp = lambda: token_logps(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask)  # noqa: E731
     with torch.no_grad():
@@ -75,7 +63,7 @@ def test_mu_updates_equal_mu_sgd_steps_against_the_first_pass_behaviour_logprobs
 
 
 def test_the_clip_acts_on_fresh_rows_from_the_second_pass_on():
-    model = _Toy()
+    model = ToyLM()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     stats = update(model, opt, sched, make_batch(2, 4, seed=3), LOSS, _cfg(3))  # fresh rows only
@@ -101,7 +89,7 @@ def test_mu_1_has_no_per_pass_stats_and_mu_2_reports_both_passes():
 
 
 def test_a_row_dropped_for_drift_in_any_pass_is_evicted():
-    model = _Toy()
+    model = ToyLM()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     b = _batch()
