@@ -175,7 +175,7 @@ class ReplayBuffer:
         if step < self.config.warmup_steps or not self.config.enabled:
             n_rows = 0
         weights = self._decayed_weights(step) if self.config.age_decay is not None and n_rows > 0 else None
-        if weights is None:  # the paper's draw, called exactly as before
+        if weights is None:  # the paper's draw: the sampler's own weights, the same calls as without the option
             slots = self.sampler.sample(self.storage, n_rows, self.rng)
         else:
             slots = self.sampler.sample(self.storage, n_rows, self.rng, weights=weights)

@@ -6,10 +6,10 @@ padded batch is bounded by memory traffic on the CPU (the paper default's 768 ro
 the update into micro-batches anyway (`micro_batches`: views of one segment each, no copy), and the TRL and
 verl integrations take only the replay rows out of it (`select`, which copies only the rows asked for).
 
-What stays as before: a `ComposedBatch` is a `RolloutBatch`. Its per-row fields (advantages, rewards, group
+What a consumer sees: a `ComposedBatch` is a `RolloutBatch`. Its per-row fields (advantages, rewards, group
 ids, birth steps, is_replay) are concatenated at once (B values each); its token fields (`completion_ids`,
 `behaviour_logps`, ...) are the padded concatenation, built by `RolloutBatch.concat` on first access and
-cached, so code that reads them sees the same batch as before, at the old cost, once.
+cached, so code that reads them sees the one padded batch, paying for the copy once.
 
 The segments share the tensors of the batches they were made from (the caller's fresh batch among them):
 modify neither in place while the composed batch is in use (replacing a field, `fresh.x = ...`, is fine).

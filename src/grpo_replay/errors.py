@@ -4,8 +4,8 @@
   rerunning the same command fails the same way. Every bad-input error derives from it.
 - `Stopped` (exit 1): the run stopped part-way with a resumable checkpoint; rerunning the same command resumes.
 
-Both also derive from the built-in class code outside this package expects (`ValueError`, `RuntimeError`), so an
-``except ValueError`` written against an earlier release still catches a bad setting.
+Both also derive from the built-in class code outside this package expects (`ValueError`, `RuntimeError`), so
+an ``except ValueError`` around a constructor catches a bad setting.
 """
 from __future__ import annotations
 
