@@ -9,10 +9,12 @@ GPU. Not runnable on CPU (docs/trl.md has the CPU variant: an in-process worker 
         examples/trl/train_qwen3_math_async_replay.py --config examples/trl/qwen3_0.6b_math_async_replay.yaml
 
 Needs (from the grpo-replay checkout's root): pip install -e '.[app,trl,vllm,tensorboard]'
-(`app` brings math-verify, the reward; `tensorboard` is the YAML's `report_to`).
+(`app` brings math-verify, the reward; `tensorboard` is the YAML's `report_to`). `preflight` checks both before
+the dataset or the model loads.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from datasets import load_dataset
@@ -21,7 +23,7 @@ from trl import TrlParser
 from grpo_replay.integrations.trl import ReplayAsyncGRPOConfig, ReplayAsyncGRPOTrainer
 # The synchronous recipe's prompt, dataset arguments and reward (a module-level function: TRL's rollout worker
 # runs the reward in a spawned process, so it must be importable there).
-from train_qwen3_math_replay import PROMPT, ScriptArguments, accuracy_reward
+from train_qwen3_math_replay import PROMPT, ScriptArguments, accuracy_reward, preflight
 
 
 @dataclass
@@ -32,6 +34,10 @@ class AsyncScriptArguments(ScriptArguments):
 
 def main() -> None:
     script_args, training_args = TrlParser((AsyncScriptArguments, ReplayAsyncGRPOConfig)).parse_args_and_config()
+    missing = preflight(training_args)
+    if missing:
+        print("train_qwen3_math_async_replay.py: " + "; ".join(missing), file=sys.stderr)
+        sys.exit(2)
     dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_split)
     dataset = dataset.map(lambda x: {"prompt": PROMPT.format(problem=x["problem"])})
     trainer = ReplayAsyncGRPOTrainer(

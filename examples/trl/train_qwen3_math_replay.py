@@ -70,7 +70,7 @@ def preflight(training_args) -> list[str]:
     dataset and the model load: otherwise a missing tracker fails only once the model is loaded, and a missing
     reward package only at the first reward call, after vLLM has started and generated."""
     needs = [("math_verify", "app", "the reward")]
-    if training_args.use_vllm:
+    if getattr(training_args, "use_vllm", False):  # the async config has no such field: its server is vLLM
         needs.append(("vllm", "vllm", "use_vllm"))
     for name in training_args.report_to or []:
         if name in TRACKERS:

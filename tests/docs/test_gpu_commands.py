@@ -210,6 +210,13 @@ def test_preflight_names_the_extra_of_each_missing_package(monkeypatch):
         "use_vllm needs the `vllm` package: pip install -e '.[vllm]' in the grpo-replay checkout",
         "report_to wandb needs the `wandb` package: pip install -e '.[wandb]' in the grpo-replay checkout",
     ]
+    # The async recipe calls the same preflight with ReplayAsyncGRPOConfig, which has no use_vllm (its server is vLLM).
+    async_args = type("A", (), {"report_to": ["wandb"]})()
+    assert script.preflight(async_args) == [
+        "the reward needs the `math_verify` package: pip install -e '.[app]' in the grpo-replay checkout",
+        "report_to wandb needs the `wandb` package: pip install -e '.[wandb]' in the grpo-replay checkout",
+    ]
+    assert "missing = preflight(training_args)" in (ROOT / "examples/trl/train_qwen3_math_async_replay.py").read_text()
 
 
 # ------------------------------------------------------------------------------------------- gpu_smoke.sh

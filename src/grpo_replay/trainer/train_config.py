@@ -243,7 +243,7 @@ def check_machine(cfg: TrainConfig) -> None:
     if cfg.generator == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise configio.ConfigError(
-                "TrainConfig.generator='vllm' needs vLLM, which is not installed (pip install vllm; GPU only); "
+                "TrainConfig.generator='vllm' needs vLLM, which is not installed (pip install -e '.[vllm]' in the checkout: the vLLM range TRL supports; GPU only); "
                 "allowed: transformers")
         if cfg.device == "cpu" or not torch.cuda.is_available():
             raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device, and none is available here; allowed: transformers")
