@@ -136,11 +136,13 @@ def test_full_setting_arms():
 
 def test_the_alternatives_comparison_holds_grpo_more_epochs_dapo_and_replay_each_a_valid_config(tmp_path, capsys):
     arms = make_arms(FULL)
-    want = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "paper", "fill", "fill_mu2")
+    want = ("grpo", "grpo_mu2", "dapo", "paper", "fill")  # the pilot (PLAN.md, G1) dropped grpo_mu4 and fill_mu2
     assert COMPARISONS["alternatives"].arms == want
-    assert set(want) - {"paper"} <= set(COMPARISONS["alternatives_pilot"].arms)  # what the pilot decides on
-    cfgs = {a: resolve(dict(arms[a].overrides)) for a in (*want, "dapo_r3")}
-    assert [cfgs[a].update_epochs for a in want] == [1, 2, 4, 1, 1, 1, 2]
+    candidates = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "fill", "fill_mu2")
+    assert COMPARISONS["alternatives_pilot"].arms == candidates and set(want) - {"paper"} <= set(candidates)
+    cfgs = {a: resolve(dict(arms[a].overrides)) for a in (*want, *candidates)}
+    assert [cfgs[a].update_epochs for a in want] == [1, 2, 1, 1, 1]
+    assert cfgs["grpo_mu4"].update_epochs == 4 and cfgs["fill_mu2"].update_epochs == 2
     assert cfgs["dapo"].dynamic_sampling and cfgs["dapo"].max_generation_rounds == 10 and cfgs["dapo"].replay.replay_ratio == 0
     assert cfgs["dapo_r3"].max_generation_rounds == 3 and cfgs["dapo"].eval_every == cfgs["dapo_r3"].eval_every == 10
     assert cfgs["fill_mu2"].replay.fill_filtered and cfgs["fill"].replay.fill_filtered
