@@ -80,7 +80,11 @@ def describe(p: dict[str, str] | None = None) -> str:
             f"{p['machine']}{kind}")
 
 
-UNRECORDED = "not recorded"  # the run_commits key of runs whose summary.json has no provenance
+UNRECORDED = "not recorded"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' if n != 1 else ''}"  # the run_commits key of runs whose summary.json has no provenance
 
 
 def run_commits_line(counts: dict[str, int], report_commit: str | None) -> str | None:
@@ -90,14 +94,13 @@ def run_commits_line(counts: dict[str, int], report_commit: str | None) -> str |
     that an older commit made; its own "Code:" line names only the commit that wrote the report."""
     if not counts or set(counts) == {report_commit}:
         return None
-    runs = lambda n: f"{n} run{'s' if n != 1 else ''}"  # noqa: E731
     known = sorted(((c, n) for c, n in counts.items() if c != UNRECORDED), key=lambda kv: (-kv[1], kv[0]))
     parts = []
     if known:
-        parts.append("Its runs were made at commit " + ", ".join(f"`{c}` ({runs(n)})" for c, n in known)
+        parts.append("Its runs were made at commit " + ", ".join(f"`{c}` ({_runs(n)})" for c, n in known)
                      + "; each run's summary.json records its own")
     if counts.get(UNRECORDED):
-        parts.append(f"{runs(counts[UNRECORDED])} did not record the code that made {'them' if counts[UNRECORDED] != 1 else 'it'}"
+        parts.append(f"{_runs(counts[UNRECORDED])} did not record the code that made {'them' if counts[UNRECORDED] != 1 else 'it'}"
                      " (made before runs recorded it)")
     return ". ".join(parts) + "."
 
@@ -107,7 +110,6 @@ def run_cpu_kinds_line(counts: dict[str, int]) -> str | None:
     gives other floats, so a pair of runs of one seed may mix machines."""
     if len(counts) < 2:
         return None
-    runs = lambda n: f"{n} run{'s' if n != 1 else ''}"  # noqa: E731
     kinds = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ("Its runs were made on more than one CPU kind: " + ", ".join(f"{k} ({runs(n)})" for k, n in kinds)
+    return ("Its runs were made on more than one CPU kind: " + ", ".join(f"{k} ({_runs(n)})" for k, n in kinds)
             + ". One seed gives other numbers on another kind, so a same-seed pair may mix machines.")
