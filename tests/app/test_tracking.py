@@ -13,7 +13,7 @@ import pytest
 
 from grpo_replay.app import tracking
 from grpo_replay.cli import main
-from grpo_replay.app.configio import ConfigError
+from grpo_replay.errors import ConfigError
 from grpo_replay.trainer.train_config import resolve
 from helpers import read_jsonl
 
@@ -181,7 +181,7 @@ def test_wandb_without_login_is_a_clear_error(tmp_path):
         "import sys\n"
         "from pathlib import Path\n"
         "from grpo_replay.app import tracking\n"
-        "from grpo_replay.app.configio import ConfigError\n"
+        "from grpo_replay.errors import ConfigError\n"
         "try:\n"
         "    tracking.Tracker('wandb', Path(sys.argv[1]), {'seed': 0})\n"
         "except ConfigError as e:\n"

@@ -106,7 +106,7 @@ def test_compare_reports_every_run_to_trackio(tiny_overrides, tmp_path):
 
 
 def test_report_to_accepts_trackio_or_names_its_extra(monkeypatch):
-    from grpo_replay.app.configio import ConfigError
+    from grpo_replay.errors import ConfigError
     from grpo_replay.trainer.train_config import resolve
 
     real = tracking.importlib.util.find_spec

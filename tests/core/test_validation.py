@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo_replay import LossConfig, ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages, nonzero_variance_mask
-from grpo_replay.app.configio import ConfigError
+from grpo_replay.errors import ConfigError
 from grpo_replay.trainer.train_config import resolve
 from helpers import make_batch
 

@@ -144,7 +144,7 @@ def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_pat
 
 
 def test_real_model_path_refuses_before_loading(tmp_path):
-    from grpo_replay.app.configio import ConfigError
+    from grpo_replay.errors import ConfigError
     from grpo_replay.trainer.train_config import TrainConfig
     from grpo_replay.trainer.trl_backend import train_with_trl
 

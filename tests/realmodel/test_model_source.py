@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_replay.cli import main
-from grpo_replay.app.configio import ConfigError
+from grpo_replay.errors import ConfigError
 from grpo_replay.app.data import DataError
 from grpo_replay.app.models import ModelSource, resolve_model
 from grpo_replay.tasks.word_sums import parse_digits, word_sum_problems

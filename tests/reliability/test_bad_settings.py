@@ -6,6 +6,7 @@ import importlib.util
 import pytest
 import torch
 
+from grpo_replay.errors import ConfigError
 from grpo_replay.app import configio
 from grpo_replay.cli import main
 from helpers import refused
@@ -71,7 +72,7 @@ def test_an_integer_with_leading_zeros_reads_the_same_from_a_flag_set_and_a_file
     assert (cfg.steps, cfg.replay.tau_max) == (10, 7)
     # the other YAML 1.1 integer forms a flag refuses are refused for an int key too (they stay text)
     for text in ("0x10", "0b11", "1:30"):
-        with pytest.raises(configio.ConfigError, match="has the wrong type; expected int"):
+        with pytest.raises(ConfigError, match="has the wrong type; expected int"):
             resolve({"steps": configio.parse_value(text)})
 
 

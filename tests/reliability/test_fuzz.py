@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_replay.app import configio
+from grpo_replay.errors import ConfigError
 from grpo_replay.app.data import DataError, load_problems
 from grpo_replay.cli import train as command
 from grpo_replay.trainer.train_config import FIELDS, TrainConfig, resolve
@@ -26,7 +26,7 @@ keys = st.one_of(st.sampled_from(sorted(FIELDS)), st.text(string.ascii_lowercase
 def test_resolve_random_overrides(overrides):
     try:
         cfg = resolve(overrides)
-    except configio.ConfigError as e:
+    except ConfigError as e:
         assert str(e)
     else:
         assert isinstance(cfg, TrainConfig)
@@ -45,7 +45,7 @@ def test_command_line_set_values(pairs):
     """`--set KEY=TEXT` for random text: a validated config or a ConfigError, never a traceback."""
     try:
         cfg = command.config_from_args(_args([f"{k}={v}" for k, v in pairs]))
-    except configio.ConfigError as e:
+    except ConfigError as e:
         assert str(e)
     else:
         assert isinstance(cfg, TrainConfig) and cfg.run_dir
@@ -56,7 +56,7 @@ def test_command_line_set_hostile_values(text):
     for key in ("seed", "out_dir", "testbed.difficulty_weights"):
         try:
             command.config_from_args(_args([f"{key}={text}"]))
-        except configio.ConfigError:
+        except ConfigError:
             pass
 
 
@@ -67,7 +67,7 @@ def test_yaml_config_file(tmp_path_factory, text):
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
     try:
         command.config_from_args(_args([], config=str(path)))
-    except configio.ConfigError as e:
+    except ConfigError as e:
         assert str(e)
 
 
@@ -75,7 +75,7 @@ def test_yaml_config_file(tmp_path_factory, text):
 def test_yaml_config_file_hostile(tmp_path, text):
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    with pytest.raises(configio.ConfigError):
+    with pytest.raises(ConfigError):
         command.config_from_args(_args([], config=str(path)))
 
 

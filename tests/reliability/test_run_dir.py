@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import read_jsonl, without_times
 
+from grpo_replay.errors import ConfigError
 from grpo_replay.cli import main
 from grpo_replay.cli import train as command
 from grpo_replay.cli.compare import COMPARE_LOCK
@@ -59,7 +60,7 @@ def test_float_keys_take_exponent_notation_in_yaml(tmp_path):
 
 @pytest.mark.parametrize("text", ["1e", "e5", "1.2.3", "1e-6x", "inf"])
 def test_float_keys_reject_text_that_is_not_a_number(text):
-    with pytest.raises(command.configio.ConfigError, match=f"lr='{text}' has the wrong type; expected float"):
+    with pytest.raises(ConfigError, match=f"lr='{text}' has the wrong type; expected float"):
         _cli_config("--set", f"lr={text}")
 
 
@@ -92,7 +93,7 @@ def test_a_directory_lock_message_survives_braces_in_the_path(tmp_path):
 
 @pytest.mark.parametrize("text", ["1.5", "1e-3", "inf", "nan", "ten", "true"])
 def test_integer_keys_reject_what_is_not_a_whole_number(text, capsys):
-    with pytest.raises(command.configio.ConfigError, match="has the wrong type; expected int"):
+    with pytest.raises(ConfigError, match="has the wrong type; expected int"):
         _cli_config("--set", f"steps={text}")
     p = argparse.ArgumentParser()
     command.add_arguments(p)
@@ -107,7 +108,7 @@ def test_integer_keys_reject_what_is_not_a_whole_number(text, capsys):
     (["--out", "a", "--set", "out_dir=b"], "out_dir is given twice on the command line (--out a and --set out_dir=b)"),
 ])
 def test_a_key_given_twice_on_the_command_line_is_refused_not_last_wins(argv, shown, tmp_path, capsys):
-    with pytest.raises(command.configio.ConfigError, match=shown.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=shown.replace("(", r"\(").replace(")", r"\)")):
         _cli_config(*argv)
     # and through the commands: nothing computed
     assert main(["train", "--steps", "3", "--set", "steps=4", "--out", str(tmp_path / "run")]) == 2

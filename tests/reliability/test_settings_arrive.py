@@ -7,6 +7,7 @@ import pytest
 import yaml
 from helpers import refused
 
+from grpo_replay.errors import ConfigError
 from grpo_replay.app import configio
 from grpo_replay.cli import main
 from grpo_replay.cli import train as command
@@ -100,7 +101,7 @@ def test_an_empty_flag_value_of_eval_and_compare_is_refused(argv, tmp_path, monk
 
 def test_parse_sets_keeps_null_and_quoted_empty_strings_apart():
     assert configio.parse_sets(["replay.tau_max=null"]) == {"replay.tau_max": None}
-    with pytest.raises(configio.ConfigError, match="empty value for replay.tau_max"):
+    with pytest.raises(ConfigError, match="empty value for replay.tau_max"):
         configio.parse_sets(["replay.tau_max= "])
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import grpo_replay.trainer.loop as loop
-from grpo_replay.app.configio import ConfigError
+from grpo_replay.errors import ConfigError
 from grpo_replay.trainer import checkpoint
 from grpo_replay.trainer.train_config import resolve
 from grpo_replay.trainer.drift import DriftProbe, kl_mean, lags_for

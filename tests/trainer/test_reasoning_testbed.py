@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from grpo_replay.cli import main
-from grpo_replay.app.configio import ConfigError
+from grpo_replay.errors import ConfigError
 from grpo_replay.tasks.testbed import TestbedConfig
 from grpo_replay.trainer.train_config import TrainConfig, resolve
 from helpers import read_jsonl

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..errors import ConfigError  # noqa: F401  (re-exported: the app layers raise it from here)
+from ..errors import ConfigError
 from ..validation import bad, field_docs, is_finite, is_int  # noqa: F401  (re-exported)
 
 

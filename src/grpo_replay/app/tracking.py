@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import configio
-from .configio import ConfigError
+from ..errors import ConfigError
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 # Module whose presence makes a tracker usable, and the extra that installs it.

@@ -35,38 +35,42 @@ def missing_app_extra() -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command. The exit-code contract, in one place: 0 done, 1 stopped (rerun to resume), 2 bad input
+    (nothing computed); every command raises, and `grpo_replay.errors` maps what it raised to the code and the
+    one line printed."""
+    from ..errors import exit_code, headline
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    try:
+        return _dispatch(argv, command)
+    except Exception as e:
+        code = exit_code(e)
+        if code is None:  # not one of ours: a bug, shown with its traceback
+            raise
+        print(headline(command or "", e), file=sys.stderr)
+        return code
+
+
+def _dispatch(argv: list[str], chosen: Optional[str]) -> int:
+    from ..errors import MissingDependency
+
     parser = argparse.ArgumentParser(prog="grpo-replay", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
-    chosen = argv[0] if argv and argv[0] in COMMANDS else None
     if chosen and (missing := missing_app_extra()):
-        print(f"grpo-replay {chosen}: error: the command needs the 'app' extra, which is not installed (missing: "
-              f"{', '.join(missing)}); install it with: pip install 'grpo-replay[app]' (from a clone: pip install -e "
-              "'.[app]'). The core library (import grpo_replay) works without it.", file=sys.stderr)
-        return 2
+        raise MissingDependency(
+            f"the command needs the 'app' extra, which is not installed (missing: {', '.join(missing)}); install it "
+            "with: pip install 'grpo-replay[app]' (from a clone: pip install -e '.[app]'). The core library (import "
+            "grpo_replay) works without it.")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             importlib.import_module(module).add_arguments(p)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # argparse's own usage errors exit 2 with its usage line
     if args.command is None:
         parser.print_help()
         return 2
-    from ..errors import EXIT_STOPPED, EXIT_USAGE, ConfigError, Stopped, UsageError
-
-    # The exit-code contract, in one place: 0 done, 1 stopped (rerun to resume), 2 bad input (nothing computed).
-    # A command may also return its code itself, after printing its own message.
-    try:
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
-    except ConfigError as e:
-        print(f"grpo-replay {args.command}: config error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except UsageError as e:
-        print(f"grpo-replay {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except Stopped as e:
-        print(f"grpo-replay {args.command}: stopped: {e}", file=sys.stderr)
-        return EXIT_STOPPED
+    return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ plots. `--quick` is a seconds-scale setting for the test suite; the default (ful
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shlex
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from ..app.configio import int_arg, nonempty, once
 from ..app.data import BENCHMARKS
+from ..errors import ConfigError, InputNotFound, UsageError
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..experiments.arms import BASE, COMPARISONS, PRIORITY_ORDER, REAL, SETTINGS, arms_for, make_arms
 from ..experiments.final_eval import BenchSettings, evaluate_all, missing_benchmarks
@@ -115,9 +115,6 @@ _KEYED_FLAGS = (("--report-to", "report_to", "report_to"), ("--testbed", "testbe
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..app import configio
-    from ..experiments.jobs import plan
-
     if getattr(args, "size_series", False):
         from ..experiments import size_series
 
@@ -125,13 +122,8 @@ def run(args: argparse.Namespace) -> int:
     setting = SETTINGS["quick" if args.quick else "full"]
     testbed = getattr(args, "testbed", None) or "default"
     if testbed != "default" and getattr(args, "model", None) is not None:
-        print(f"grpo-replay compare: --testbed {testbed} is the embedded testbed; it cannot go with --model", file=sys.stderr)
-        return 2
-    try:
-        setting, bench = _real_mode(args, setting)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"grpo-replay compare: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--testbed {testbed} is the embedded testbed; it cannot go with --model")
+    setting, bench = _real_mode(args, setting)
     out = Path(args.out or (f"runs/compare-{setting.name}" + (f"-{testbed}" if testbed != "default" else "")))
     report_dir = Path(args.report_dir) if args.report_dir else out / "report"
     comparisons = tuple(setting.comparisons)
@@ -139,41 +131,10 @@ def run(args: argparse.Namespace) -> int:
         comparisons = tuple(c.strip() for c in args.comparisons.split(",") if c.strip())
         bad = [c for c in comparisons if c not in COMPARISONS]
         if bad:
-            print(f"grpo-replay compare: unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}", file=sys.stderr)
-            return 2
+            raise UsageError(f"unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}")
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
-    try:
-        seeds, jobs = _seeds_and_jobs(args, setting)
-    except ValueError as e:
-        print(f"grpo-replay compare: {e}", file=sys.stderr)
-        return 2
-
-    try:
-        # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
-        given = {key: configio.as_given(flag, v) for flag, name, key in _KEYED_FLAGS if (v := getattr(args, name, None)) is not None}
-        extra = configio.parse_sets(args.set, given)
-        from ..trainer.train_config import FIELDS
-
-        # Typed now (1e3 -> 1000): the arms and the plan read steps and prompts_per_step before any run resolves them.
-        extra = {k: configio.check_value(k, v, FIELDS[k][0]) if k in FIELDS else v for k, v in extra.items()}
-        if getattr(args, "report_to", None):
-            extra["report_to"] = args.report_to
-        if testbed != "default":
-            extra["testbed_preset"] = testbed
-        if setting.name == "quick" and extra.get("testbed_preset", "default") != "default":
-            # QUICK's tiny addition testbed (testbed.digits_max, .difficulty_weights, ...) cannot describe another task.
-            raise configio.ConfigError(
-                f"testbed_preset={extra['testbed_preset']!r} is invalid with --quick, which runs the tiny addition testbed; "
-                "allowed with --quick: default. Drop --quick (the full setting) and give small budgets with --set steps=...")
-        base_overrides = {**setting.overrides, **extra}
-        cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
-        arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
-        names = _arm_names(args.arms, comparisons, setting, arms)
-        _refuse_per_run_sets(set(configio.parse_sets(args.set)), [arms[n] for n in names], cache_dir)
-        specs = plan([arms[n] for n in names], seeds, base_overrides, out, cache_dir)
-    except configio.ConfigError as e:
-        print(f"grpo-replay compare: config error: {e}", file=sys.stderr)
-        return 2
+    seeds, jobs = _seeds_and_jobs(args, setting)
+    specs, arms, extra = _plan(args, setting, testbed, comparisons, seeds, out)
 
     if args.dry_run:
         for s in specs:
@@ -182,17 +143,43 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(specs)} runs ({sum(s.done for s in specs)} finished); comparisons: {', '.join(comparisons)}")
         return 0
 
-    from ..trainer.rundir import RunDirError, exclusive
+    from ..trainer.rundir import exclusive
 
     # Two compares into one --out would race for the same runs (each run is locked, so the loser's runs fail) and
     # write one report over the other; the second is refused up front instead.
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(exclusive(out, COMPARE_LOCK, "grpo-replay compare"))
-        except RunDirError as e:
-            print(f"grpo-replay compare: error: {e}", file=sys.stderr)
-            return 2
+    with exclusive(out, COMPARE_LOCK, "grpo-replay compare"):  # another compare holding it: RunDirError, exit 2
         return _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench)
+
+
+def _plan(args: argparse.Namespace, setting, testbed: str, comparisons: tuple[str, ...], seeds: list[int], out: Path):
+    """(specs, arms, extra): the planned runs, the arms by name and the --set overrides every run takes. Raises
+    ConfigError for a --set or flag that compare cannot apply to every run."""
+    from ..app import configio
+    from ..experiments.jobs import plan
+
+    # The flags compare maps onto config keys, so a --set of the same key is refused as in train.
+    given = {key: configio.as_given(flag, v) for flag, name, key in _KEYED_FLAGS if (v := getattr(args, name, None)) is not None}
+    extra = configio.parse_sets(args.set, given)
+    from ..trainer.train_config import FIELDS
+
+    # Typed now (1e3 -> 1000): the arms and the plan read steps and prompts_per_step before any run resolves them.
+    extra = {k: configio.check_value(k, v, FIELDS[k][0]) if k in FIELDS else v for k, v in extra.items()}
+    if getattr(args, "report_to", None):
+        extra["report_to"] = args.report_to
+    if testbed != "default":
+        extra["testbed_preset"] = testbed
+    if setting.name == "quick" and extra.get("testbed_preset", "default") != "default":
+        # QUICK's tiny addition testbed (testbed.digits_max, .difficulty_weights, ...) cannot describe another task.
+        raise ConfigError(
+            f"testbed_preset={extra['testbed_preset']!r} is invalid with --quick, which runs the tiny addition testbed; "
+            "allowed with --quick: default. Drop --quick (the full setting) and give small budgets with --set steps=...")
+    base_overrides = {**setting.overrides, **extra}
+    cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
+    arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
+    names = _arm_names(args.arms, comparisons, setting, arms)
+    _refuse_per_run_sets(set(configio.parse_sets(args.set)), [arms[n] for n in names], cache_dir)
+    specs = plan([arms[n] for n in names], seeds, base_overrides, out, cache_dir)
+    return specs, arms, extra
 
 
 def _run_and_report(args, specs, arms, setting, comparisons, report_dir, extra, jobs, bench) -> int:
@@ -226,7 +213,6 @@ def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
     report records it: refused, naming what sets it. An arm's own schedule (a key a resume may change, e.g. the
     DAPO arms' eval_every) only evaluates or checkpoints at other steps; over it the --set is kept for the other
     arms, and a note says so."""
-    from ..app import configio
     from ..experiments.arms import seed_overrides
     from ..trainer.rundir import RESUMABLE_KEYS
     from ..trainer.train_config import preset_fields
@@ -248,7 +234,7 @@ def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
             for field in preset_fields().get(k, ()):
                 setters.setdefault(field, f"the preset of {what}")
     for k in sorted(keys & set(setters)):
-        raise configio.ConfigError(f"--set {k}=... is set per run by {setters[k]}; compare cannot apply it to every "
+        raise ConfigError(f"--set {k}=... is set per run by {setters[k]}; compare cannot apply it to every "
                                    "run, so it is refused")
     for k in sorted(keys & set(schedule)):
         print(f"grpo-replay compare: note: --set {k} applies to every arm but {', '.join(schedule[k])}, which keep "
@@ -256,50 +242,50 @@ def _refuse_per_run_sets(keys: set[str], arms: list, cache_dir) -> None:
 
 
 def _seeds_and_jobs(args: argparse.Namespace, setting) -> tuple[list[int], int]:
-    """The seeds (--first-seed .. + --seeds - 1) and the parallel jobs; ValueError naming a bad flag."""
+    """The seeds (--first-seed .. + --seeds - 1) and the parallel jobs; UsageError naming a bad flag."""
     n_seeds = setting.seeds if args.seeds is None else args.seeds  # `or` would turn --seeds 0 into the default
     if n_seeds < 1:
-        raise ValueError("--seeds must be >= 1")
+        raise UsageError("--seeds must be >= 1")
     first_seed = getattr(args, "first_seed", None) or 0
     if first_seed < 0:
-        raise ValueError(f"--first-seed={first_seed} is invalid; allowed: an integer >= 0")
+        raise UsageError(f"--first-seed={first_seed} is invalid; allowed: an integer >= 0")
     if args.jobs is not None and args.jobs < 1:
-        raise ValueError("--jobs must be >= 1")
+        raise UsageError("--jobs must be >= 1")
     return list(range(first_seed, first_seed + n_seeds)), args.jobs or os.cpu_count() or 1
 
 
 def _real_mode(args: argparse.Namespace, setting):
     """(setting, BenchSettings) for `--model` (the real-model setting plus the benchmark stage); else (setting, None).
-    Raises ValueError naming the flag and its allowed values."""
+    Raises UsageError naming the flag and its allowed values."""
     from dataclasses import replace
 
     model = getattr(args, "model", None)
     if model is None:
         for flag, name in (("--model-file", "model_file"), ("--data", "data"), ("--benchmarks", "benchmarks"), ("--eval-limit", "eval_limit")):
             if getattr(args, name, None) is not None:
-                raise ValueError(f"{flag} is for a real model; give --model too (without it compare runs the embedded testbed)")
+                raise UsageError(f"{flag} is for a real model; give --model too (without it compare runs the embedded testbed)")
         if getattr(args, "reward", None) not in (None, "testbed"):
-            raise ValueError(f"--reward {args.reward!r} needs --model; the embedded testbed uses its own reward")
+            raise UsageError(f"--reward {args.reward!r} needs --model; the embedded testbed uses its own reward")
         if getattr(args, "backend", None) is not None:
             setting = replace(setting, overrides={**setting.overrides, "backend": args.backend})
         return setting, None
     if args.quick:
-        raise ValueError("--quick is the embedded testbed; with --model set small budgets with --set (steps=..., ...)")
+        raise UsageError("--quick is the embedded testbed; with --model set small budgets with --set (steps=..., ...)")
     if (args.reward or "math") != "math":
-        raise ValueError(f"--reward {args.reward!r} is invalid with --model; allowed: math")
+        raise UsageError(f"--reward {args.reward!r} is invalid with --model; allowed: math")
     if not args.data:
-        raise ValueError("--model needs --data: the training prompts (a JSONL file, a directory, a dataset name, or word_sums)")
+        raise UsageError("--model needs --data: the training prompts (a JSONL file, a directory, a dataset name, or word_sums)")
     from ..app.models import resolve_model
 
     resolve_model(model, args.model_file, field="--model", file_field="--model-file")  # a missing file fails now
     if model.startswith((".", "/", "~")) or model.count("/") > 1:  # a local path, not a hub id "org/name"
         if not os.path.exists(os.path.expanduser(model)):
-            raise FileNotFoundError(f"--model {model}: path does not exist")
+            raise InputNotFound(f"--model {model}: path does not exist")
     backend = args.backend or "builtin"
     from ..trainer.train_config import BACKENDS
 
     if backend not in BACKENDS:
-        raise ValueError(
+        raise UsageError(
             f"--backend {backend!r} is invalid; allowed: {', '.join(BACKENDS)} (verl: one launch per arm, see docs/paper_table.md)"
         )
     ov = {**REAL.overrides, "model": model, "data": args.data, "backend": backend}
@@ -310,7 +296,7 @@ def _real_mode(args: argparse.Namespace, setting):
         ks = tuple(int(k) for k in args.eval_k.split(",") if k.strip()) if args.eval_k else tuple(
             k for k in (1, 2, 4, 8, 16, 32, 64) if k <= args.eval_n)
     except ValueError:
-        raise ValueError(f"--eval-k {args.eval_k!r} is invalid; allowed: comma-separated integers 1 <= k <= --eval-n") from None
+        raise UsageError(f"--eval-k {args.eval_k!r} is invalid; allowed: comma-separated integers 1 <= k <= --eval-n") from None
     bench = BenchSettings(
         benchmarks=benchmarks, n=args.eval_n, ks=ks, temperature=args.eval_temperature, top_p=args.eval_top_p,
         max_new_tokens=args.eval_max_new_tokens, limit=args.eval_limit, data_dir=args.data_dir, backend=args.eval_backend,
@@ -320,18 +306,16 @@ def _real_mode(args: argparse.Namespace, setting):
 
     for b in benchmarks:  # a missing benchmark file fails now, not after hours of training
         if not load_benchmark(b, args.data_dir, 1):
-            raise ValueError(f"--benchmarks: {b} has no problems")
+            raise UsageError(f"--benchmarks: {b} has no problems")
     return replace(REAL, overrides=ov), bench
 
 
 def _arm_names(arms_arg, comparisons, setting, arms: dict) -> list[str]:
     """The arms to run: --arms (grpo always first) or every arm of the comparisons."""
-    from ..app import configio
-
     if not arms_arg:
         return arms_for(comparisons, setting.only_arms)
     want = [a.strip() for a in arms_arg.split(",") if a.strip()]
     bad = [a for a in want if a not in arms]
     if bad:
-        raise configio.ConfigError(f"--arms: unknown arm(s) {bad}; allowed: {', '.join(arms)}")
+        raise ConfigError(f"--arms: unknown arm(s) {bad}; allowed: {', '.join(arms)}")
     return [BASE] + [a for a in dict.fromkeys(want) if a != BASE]

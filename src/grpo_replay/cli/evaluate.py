@@ -74,31 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UsageError:
-        raise
-    except (ValueError, ImportError) as exc:
-        # A bad model, benchmark or setting reported by the libraries below (transformers, datasets): bad input,
-        # exit 2 through cli.main like every UsageError. A missing path the user gave is InputNotFound (a
-        # UsageError); any other FileNotFoundError, e.g. mid-generation, is not bad input and keeps its traceback.
-        raise UsageError(str(exc)) from exc
-
-
 def _check_out(out: Path) -> None:
     """--out must be a directory or a new path (checked before any generation, so nothing is computed for naught)."""
     from ..trainer.rundir import file_in_the_way
 
     blocker = file_in_the_way(out)
     if blocker == out:
-        raise ValueError(f"--out {out} is a file, not a directory; give a directory for the results")
+        raise UsageError(f"--out {out} is a file, not a directory; give a directory for the results")
     if blocker is not None:
-        raise ValueError(f"--out {out} lies under {blocker}, which is a file")
+        raise UsageError(f"--out {out} lies under {blocker}, which is a file")
 
 
-def _run(args: argparse.Namespace) -> int:
-    # Validate everything cheap before loading a model.
+def run(args: argparse.Namespace) -> int:
+    """Every check that needs no model first (a bad setting, benchmark or --out raises a UsageError: exit 2 with
+    nothing loaded or written), then the evaluation."""
     from ..generation.transformers import check_device
     from ..eval.benchmark_report import load_results
     from ..eval.harness import EvalSettings, load_benchmark
@@ -162,7 +151,7 @@ def _evaluate(args: argparse.Namespace, settings, baseline) -> int:
         from transformers import AutoTokenizer
 
         if args.model_file or args.model.lower().endswith(".gguf"):
-            raise ValueError("--backend vllm: GGUF checkpoints are loaded through transformers here; use --backend transformers")
+            raise UsageError("--backend vllm: GGUF checkpoints are loaded through transformers here; use --backend transformers")
 
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         uses_template = settings.use_chat_template and getattr(tokenizer, "chat_template", None)

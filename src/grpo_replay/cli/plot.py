@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..errors import UsageError
 from ..plotting.overlay import NotARunError, format_table, label_runs, write_table, final_metrics, load_run, plot_runs
 
 
@@ -15,24 +16,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise UsageError(f"--out {out} must be a .png file")
     given: dict[Path, str] = {}
     for d in args.run_dirs:
         # one run twice would be two rows of one curve, labelled alike; a typo in a sweep's list, never meant
         if (key := Path(d).resolve()) in given:
-            print(f"grpo-replay plot: error: {d} is given twice (as {given[key]} and {d}); give each run once",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"{d} is given twice (as {given[key]} and {d}); give each run once")
         given[key] = d
     runs, errors = [], []
     for d in args.run_dirs:
         try:
             runs.append(load_run(Path(d)))
         except NotARunError as e:
-            errors.append(str(e))
-    if errors:
-        for e in errors:
-            print(f"grpo-replay plot: error: {e}", file=sys.stderr)
-        return 2
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:  # every bad directory at once, so one fix of the command line serves
+        raise NotARunError(f"{len(errors)} of the run directories cannot be plotted:\n  " + "\n  ".join(map(str, errors)))
     for r in runs:
         if not r["finished"]:
             print(
@@ -41,10 +43,6 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     label_runs(runs)
-    out = Path(args.out)
-    if out.suffix.lower() != ".png":
-        print(f"grpo-replay plot: error: --out {out} must be a .png file", file=sys.stderr)
-        return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     table = [final_metrics(r) for r in runs]
     plot_runs(runs, out)

@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..app import configio
+from ..errors import ConfigError
 from ..config import PRESETS
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
 from ..trainer.train_config import BACKENDS, DEVICES, REWARDS
@@ -74,16 +75,16 @@ def config_from_args(args: argparse.Namespace):
 
     try:
         cfg = resolve(_with_run_dir_of_config(overrides_from_args(args), args.config), args.config)
-    except configio.ConfigError:
+    except ConfigError:
         raise
     except (ValueError, TypeError, RecursionError) as e:
         # e.g. a YAML value the YAML parser itself rejects (`seed: 2001-13-45`) or nests too deeply
-        raise configio.ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
+        raise ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
     check_machine(cfg)
     try:
         cfg.run_dir
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-        raise configio.ConfigError(
+        raise ConfigError(
             f"TrainConfig.out_dir={cfg.out_dir!r} is invalid ({type(e).__name__}: {e}); placeholders allowed: {{preset}}, {{seed}}"
         ) from None
     return cfg

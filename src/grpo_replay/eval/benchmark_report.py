@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InputNotFound
+from ..errors import InputNotFound, UsageError
 from .harness import MEAN_KEY
 
 RESULTS_JSON = "results.json"
@@ -92,7 +92,7 @@ def load_results(path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"baseline results {path}: invalid JSON ({exc})") from exc
+        raise UsageError(f"baseline results {path}: invalid JSON ({exc})") from exc
     if not isinstance(data, dict) or "benchmarks" not in data or MEAN_KEY not in data:
-        raise ValueError(f"baseline results {path}: expected a results.json from `grpo-replay eval`")
+        raise UsageError(f"baseline results {path}: expected a results.json from `grpo-replay eval`")
     return data

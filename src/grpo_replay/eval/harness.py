@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ..errors import UsageError
+
 from ..app.data import Problem, load_problems, resolve_benchmark
 from ..generation import Completion, Generator, SamplingParams
 from .prompts import INSTRUCTION, build_prompt
@@ -49,21 +51,21 @@ class EvalSettings:
 
     def validate(self) -> None:
         if not self.benchmarks:
-            raise ValueError("benchmarks: at least one benchmark is required")
+            raise UsageError("benchmarks: at least one benchmark is required")
         benchmark_labels(self.benchmarks)  # the same one twice is refused
         bad = [k for k in self.ks if k < 1 or k > self.sampling.n]
         if bad:
-            raise ValueError(f"k values {bad} are invalid: each k must satisfy 1 <= k <= n={self.sampling.n}")
+            raise UsageError(f"k values {bad} are invalid: each k must satisfy 1 <= k <= n={self.sampling.n}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1, got {self.limit}")
+            raise UsageError(f"limit must be >= 1, got {self.limit}")
         if self.grade_workers is not None and self.grade_workers < 0:
-            raise ValueError(f"grade_workers must be >= 0 (0 grades in this process; unset: by batch size), got {self.grade_workers}")
+            raise UsageError(f"grade_workers must be >= 0 (0 grades in this process; unset: by batch size), got {self.grade_workers}")
         if not (math.isfinite(self.grade_timeout) and self.grade_timeout > 0):
-            raise ValueError(f"grade_timeout must be a finite number of seconds > 0, got {self.grade_timeout}")
+            raise UsageError(f"grade_timeout must be a finite number of seconds > 0, got {self.grade_timeout}")
         if len(self.aes_weights) != 3 or not all(math.isfinite(w) and w >= 0 for w in self.aes_weights):
-            raise ValueError(f"aes_weights (alpha, beta, gamma) must be three finite numbers >= 0, got {tuple(self.aes_weights)}")
+            raise UsageError(f"aes_weights (alpha, beta, gamma) must be three finite numbers >= 0, got {tuple(self.aes_weights)}")
 
 
 def load_benchmark(name: str, data_dir: Optional[str], limit: Optional[int]) -> list[Problem]:
@@ -76,7 +78,7 @@ def load_benchmark(name: str, data_dir: Optional[str], limit: Optional[int]) -> 
         path = name
     problems = list(load_problems(path, split="test", limit=limit))
     if not problems:  # a table of 0 problems would read as a result
-        raise ValueError(f"benchmark {name!r} ({path}) has no problems")
+        raise UsageError(f"benchmark {name!r} ({path}) has no problems")
     return problems
 
 
@@ -93,7 +95,7 @@ def benchmark_labels(names: Sequence[str]) -> list[str]:
     for name in names:
         key = os.path.abspath(name) if os.path.exists(name) else name
         if key in seen:
-            raise ValueError(f"benchmarks: {name!r} is given twice ({seen[key]!r} and {name!r}); give it once")
+            raise UsageError(f"benchmarks: {name!r} is given twice ({seen[key]!r} and {name!r}); give it once")
         seen[key] = name
     short = [benchmark_label(n) for n in names]
     parts = [Path(os.path.abspath(n)).with_suffix("").parts if n.endswith(".jsonl") else (n,) for n in names]

@@ -11,7 +11,6 @@ tests the trend: the least-squares slope of the per-seed gain on log4(parameters
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
@@ -20,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import UsageError
 from ..app.provenance import describe, provenance, run_commits_line
 from ..tasks.testbed.testbed_config import SIZE_SERIES, TestbedConfig
 from . import claims
@@ -45,20 +45,15 @@ def run(args: argparse.Namespace, run_compare: Callable[[argparse.Namespace], in
     set_keys = {item.split("=", 1)[0].strip() for item in (args.set or [])}
     for flag, name in (*_FIXED, ("--set testbed_preset=...", "testbed_preset")):
         if getattr(args, name, None) or (name == "testbed_preset" and name in set_keys):
-            print(f"grpo-replay compare: --size-series runs the main comparison on each named size "
-                  f"({', '.join(SIZE_SERIES)}); it cannot go with {flag}", file=sys.stderr)
-            return 2
+            raise UsageError(f"--size-series runs the main comparison on each named size ({', '.join(SIZE_SERIES)}); "
+                             f"it cannot go with {flag}")
     out = Path(args.out or "runs/compare-size-series")
     if args.dry_run:
         return _run_sizes(args, run_compare, out, command)
-    from ..trainer.rundir import RunDirError, exclusive
+    from ..trainer.rundir import exclusive
 
-    with contextlib.ExitStack() as stack:
-        try:  # each size's compare locks out/<size>; this keeps a second series from interleaving with the first
-            stack.enter_context(exclusive(out, ".grpo-replay-size-series.lock", "grpo-replay compare --size-series"))
-        except RunDirError as e:
-            print(f"grpo-replay compare: error: {e}", file=sys.stderr)
-            return 2
+    # Each size's compare locks out/<size>; this keeps a second series from interleaving with the first.
+    with exclusive(out, ".grpo-replay-size-series.lock", "grpo-replay compare --size-series"):
         return _run_sizes(args, run_compare, out, command)
 
 
@@ -74,10 +69,8 @@ def _run_sizes(args: argparse.Namespace, run_compare: Callable[[argparse.Namespa
         sub.out = str(out / size)
         sub.report_dir = str(report_dir / size)
         print(f"grpo-replay compare --size-series: size {size}", file=sys.stderr, flush=True)
-        sub_rc = run_compare(sub)
-        if sub_rc == 2:  # bad input (a flag, a --set key): the same for every size, so say it once and stop
-            return 2
-        rc = max(rc, sub_rc)
+        # Bad input (a flag, a --set key) is the same for every size: the first size's UsageError stops the series.
+        rc = max(rc, run_compare(sub))
     if args.dry_run:
         return rc
 

@@ -18,6 +18,8 @@ from typing import Protocol, Sequence
 
 import torch
 
+from ..errors import UsageError
+
 BACKENDS = ("transformers", "vllm")
 
 
@@ -44,18 +46,18 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"n (samples per problem) must be >= 1, got {self.n}")
+            raise UsageError(f"n (samples per problem) must be >= 1, got {self.n}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):  # nan < 0 is False: test what is allowed
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+            raise UsageError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.temperature == 0 and self.n > 1:
             # Greedy decoding has one answer per prompt: n copies of it would inflate pass@k's sample count and
             # transformers refuses num_return_sequences > 1 without sampling.
-            raise ValueError(f"n={self.n} with temperature=0 (greedy decoding, one completion per problem); allowed: "
+            raise UsageError(f"n={self.n} with temperature=0 (greedy decoding, one completion per problem); allowed: "
                              f"n=1 with temperature 0, or a temperature > 0 to sample n completions")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise UsageError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -6,6 +6,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import InputNotFound, UsageError
+
 from . import Completion, Generation, SamplingParams
 
 
@@ -181,13 +183,11 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1
     path = source.path if is_gguf else os.path.expanduser(model)
     if looks_local and not os.path.exists(os.path.expanduser(model)):
-        from ..errors import InputNotFound
-
         raise InputNotFound(f"--model {model}: path does not exist")
     try:
         config = AutoConfig.from_pretrained(path, **kw)
     except Exception as exc:
-        raise ValueError(f"--model {model}: not a local model directory or loadable hub id ({exc})") from exc
+        raise UsageError(f"--model {model}: not a local model directory or loadable hub id ({exc})") from exc
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype == "auto":
@@ -197,15 +197,15 @@ def load_model(model: str, device: Optional[str] = None, dtype: str = "auto", mo
     try:
         lm = as_plain_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **source.model_kwargs()))
     except ValueError as exc:
-        raise ValueError(
+        raise UsageError(
             f"--model {model}: not a causal LM (config type {type(config).__name__}); {exc}"
         ) from exc
     except Exception as exc:  # no weights file (OSError), a truncated one (safetensors' own error), ...
-        raise ValueError(f"--model {model}: has a config but its weights cannot be loaded: {_first_line(exc)}") from exc
+        raise UsageError(f"--model {model}: has a config but its weights cannot be loaded: {_first_line(exc)}") from exc
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kw)
     except Exception as exc:
-        raise ValueError(f"--model {model}: has no loadable tokenizer: {_first_line(exc)}") from exc
+        raise UsageError(f"--model {model}: has no loadable tokenizer: {_first_line(exc)}") from exc
     lm.to(device).eval()
     return lm, tokenizer
 
@@ -220,12 +220,12 @@ def check_device(device: str) -> None:
     if device in ("auto", "cpu"):
         return
     if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise ValueError(f"--device {device!r} is invalid; allowed: auto, cpu, cuda, cuda:INDEX")
+        raise UsageError(f"--device {device!r} is invalid; allowed: auto, cpu, cuda, cuda:INDEX")
     if not torch.cuda.is_available():
-        raise ValueError(f"--device {device!r}: no CUDA device is available here; allowed: auto, cpu")
+        raise UsageError(f"--device {device!r}: no CUDA device is available here; allowed: auto, cpu")
     index = int(device[5:]) if ":" in device else 0
     if index >= torch.cuda.device_count():
-        raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+        raise UsageError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
                          f"allowed: cuda:0..cuda:{torch.cuda.device_count() - 1}")
 
 

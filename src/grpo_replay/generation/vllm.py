@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from ..errors import MissingDependency
+
 from . import Completion, Generation, SamplingParams
 from .transformers import completion_mask, decode, encode_prompts, narrow
 
@@ -30,7 +32,7 @@ class VLLMGenerator:
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise ImportError(f"the vLLM backend needs vLLM: {INSTALL_HINT}; or use the transformers backend") from exc
+            raise MissingDependency(f"the vLLM backend needs vLLM: {INSTALL_HINT}; or use the transformers backend") from exc
         self.llm = LLM(model=model_path, **llm_kwargs)
         self.tokenizer, self.add_special_tokens = tokenizer, add_special_tokens
         self.policy, self.seed, self._calls = policy, sample_seed, 0

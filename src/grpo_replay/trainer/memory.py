@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from ..app import configio
+from ..errors import ConfigError
 from .logprobs import chunk_tokens
 
 
@@ -92,7 +92,7 @@ def check_step_memory(cfg, model, max_new: int, device: torch.device) -> None:
         return
     gib = 2**30
     vllm = f"vLLM's share {vllm_bytes / gib:.1f} GiB, " if vllm_bytes else ""
-    raise configio.ConfigError(
+    raise ConfigError(
         f"TrainConfig.prompts_per_step={cfg.prompts_per_step} x group_size={cfg.group_size} = {rows} rows per step "
         f"needs at least {need / gib:.1f} GiB beside the weights ({vllm}gradients {param_bytes / gib:.1f} GiB, then "
         f"the largest of: generation's KV cache {parts['generation'] / gib:.1f} GiB, the update's logits and "

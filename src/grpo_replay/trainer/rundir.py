@@ -96,7 +96,7 @@ def _is_train_config(path: Path) -> bool:
 
     try:
         resolve(yaml_path=str(path))
-    except (configio.ConfigError, ValueError, TypeError, RecursionError):
+    except (ValueError, TypeError, RecursionError):
         return False
     return True
 
@@ -173,7 +173,7 @@ def _saved_config(run_dir: Path):
         if text is not None:
             try:
                 return resolve(configio.flatten(configio.yaml_load(text)))
-            except (configio.ConfigError, ValueError, TypeError, RecursionError, AttributeError):
+            except (ValueError, TypeError, RecursionError, AttributeError):
                 continue
     path = run_dir / "config.yaml"
     if not path.is_file():
@@ -182,7 +182,7 @@ def _saved_config(run_dir: Path):
             f"cannot be checked against the config it was made with; restore {path} or give another --out")
     try:
         return resolve(yaml_path=str(path))
-    except (configio.ConfigError, ValueError, TypeError, RecursionError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
         raise RunDirError(f"{run_dir} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
 
 

@@ -6,8 +6,7 @@ from typing import Any
 
 import torch
 
-from ..app import configio
-from ..errors import InputNotFound, UsageError
+from ..errors import ConfigError, InputNotFound, UsageError
 from .train_config import TrainConfig
 
 
@@ -31,7 +30,7 @@ def build_policy(cfg: TrainConfig, device: torch.device) -> tuple[Any, Any, Any,
     except DataError:
         raise
     except ValueError as e:  # e.g. a hub dataset, not checked above, too small to hold eval_problems out
-        raise configio.ConfigError(f"TrainConfig.data={cfg.data!r}: {e}") from None
+        raise ConfigError(f"TrainConfig.data={cfg.data!r}: {e}") from None
     return model, tokenizer, task, {"model": cfg.model, "data": cfg.data, "train_prompts": len(task.train)}
 
 
@@ -46,7 +45,7 @@ def check_data_rows(cfg: TrainConfig) -> None:
         return
     n = len(load_problems(cfg.data, split="train"))
     if n <= cfg.eval_problems:
-        raise configio.ConfigError(
+        raise ConfigError(
             f"TrainConfig.eval_problems={cfg.eval_problems} is invalid with TrainConfig.data={cfg.data!r}, which has "
             f"{n} row(s): the last eval_problems rows are held out, leaving none to train on; allowed: "
             + (f"eval_problems <= {n - 1}" if n > 1 else "a data file of at least 2 rows")

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Union
 import yaml
 
 from ..app import configio
+from ..errors import ConfigError
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig, refuse_options
 from ..loss import LossConfig
@@ -138,7 +139,7 @@ class TrainConfig:
             configio.bad(self, "testbed_preset", ", ".join(TESTBED_PRESETS))
         named_task = TestbedConfig.named(self.testbed_preset).task
         if self.testbed_preset != "default" and self.testbed.task != named_task:
-            raise configio.ConfigError(
+            raise ConfigError(
                 f"TrainConfig.testbed_preset={self.testbed_preset!r} is the {named_task} task but testbed.task="
                 f"{self.testbed.task!r}; build it with resolve() (--testbed) or testbed=TestbedConfig.{self.testbed_preset}()"
             )
@@ -194,11 +195,11 @@ class TrainConfig:
         if self.reward not in REWARDS:
             configio.bad(self, "reward", ", ".join(REWARDS))
         if self.reward == "math" and not self.data:
-            raise configio.ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
+            raise ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
         if self.model_file and not self.model:
-            raise configio.ConfigError("TrainConfig.model_file names a GGUF file inside TrainConfig.model; set model too")
+            raise ConfigError("TrainConfig.model_file names a GGUF file inside TrainConfig.model; set model too")
         if self.reward == "testbed" and (self.model or self.data):
-            raise configio.ConfigError(
+            raise ConfigError(
                 "TrainConfig.model / TrainConfig.data are for real models; set reward='math' (--reward math) with them"
             )
 
@@ -239,14 +240,14 @@ def check_machine(cfg: TrainConfig) -> None:
     import torch
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise configio.ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
+        raise ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
     if cfg.generator == "vllm":
         if importlib.util.find_spec("vllm") is None:
-            raise configio.ConfigError(
+            raise ConfigError(
                 "TrainConfig.generator='vllm' needs vLLM, which is not installed (pip install -e '.[vllm]' in the checkout: the vLLM range TRL supports; GPU only); "
                 "allowed: transformers")
         if cfg.device == "cpu" or not torch.cuda.is_available():
-            raise configio.ConfigError("TrainConfig.generator='vllm' needs a CUDA device, and none is available here; allowed: transformers")
+            raise ConfigError("TrainConfig.generator='vllm' needs a CUDA device, and none is available here; allowed: transformers")
 
 
 def preset_fields() -> dict[str, tuple[str, ...]]:
@@ -265,7 +266,7 @@ def _preset_values(key: str, name: Any) -> dict[str, Any]:
     """The flat values preset `key`=`name` sets (its `preset_fields`)."""
     names = PRESETS if key == "preset" else TESTBED_PRESETS
     if name not in names:
-        raise configio.ConfigError(f"TrainConfig.{key}={name!r} is invalid; allowed: {', '.join(names)}")
+        raise ConfigError(f"TrainConfig.{key}={name!r} is invalid; allowed: {', '.join(names)}")
     values = ReplayConfig.from_preset(name).to_dict() if key == "preset" else TestbedConfig.named(name).to_dict()
     return {k: values[k.split(".", 1)[1]] for k in preset_fields()[key]}
 

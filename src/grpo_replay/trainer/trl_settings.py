@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from ..app.configio import ConfigError
+from ..errors import ConfigError
 from ..generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
 from .train_config import FIELDS, TrainConfig
 
