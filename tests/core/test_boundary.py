@@ -1,4 +1,5 @@
-"""The core's boundary: `import grpo_replay` needs only torch and numpy, and no core module imports a layer above it.
+"""The package's layers: `import grpo_replay` needs only torch and numpy, no core module imports a layer above it,
+and the layers above the core import each other in one direction only (`LAYERS`).
 
 The core is every module at the package's top level; everything else lives in a subpackage (an app layer or an
 integration). A module added at the top level is core and held to these rules at once.
@@ -61,6 +62,74 @@ def test_no_core_module_imports_an_app_layer_or_a_heavy_library():
             if parts[0] == "grpo_replay" and len(parts) > 1 and parts[1] in app_packages():
                 offences.append(f"{path.name}:{line} imports {mod} (an app layer)")
     assert not offences, "the core must import only torch, numpy and itself:\n" + "\n".join(offences)
+
+
+# The layers above the core, lowest first. A module may import the core, its own layer, and the layers of earlier
+# tiers; never a later tier, nor another layer of its own tier. So every arrow between layers runs one way (down):
+# app is what every layer shares (config files, data and model loading, tracking); plotting draws plain data;
+# generation samples; integrations adapt TRL and verl to the core; eval grades and measures (generation, plots);
+# tasks are the verifiable tasks (eval's grading, generation's sampler); the trainer runs them (and the TRL
+# integration); experiments compare trained runs; the command line drives everything.
+LAYERS = (("app",), ("plotting", "generation", "integrations"), ("eval",), ("tasks",), ("trainer",), ("experiments",),
+          ("cli",))
+TIER = {layer: i for i, tier in enumerate(LAYERS) for layer in tier}
+
+
+def package_imports(path: Path, pkg: Path = PKG) -> list[tuple[int, str]]:
+    """(line, absolute dotted name) of every import in `path` (inside functions too), relative imports resolved
+    against the file's own package under `pkg`."""
+    package = ["grpo_replay", *path.relative_to(pkg).parent.parts]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            out += [(node.lineno, base)] if node.module else [(node.lineno, f"{base}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.lineno, node.module or ""))
+    return out
+
+
+def layer_offences(pkg: Path = PKG) -> list[str]:
+    """Every import from one app layer into a later tier, or into another layer of its own tier."""
+    offences = []
+    for path in sorted(pkg.glob("*/**/*.py")):
+        layer = path.relative_to(pkg).parts[0]
+        for line, mod in package_imports(path, pkg):
+            parts = mod.split(".")
+            if parts[0] != "grpo_replay" or len(parts) < 2 or parts[1] not in TIER or parts[1] == layer:
+                continue
+            if TIER[parts[1]] >= TIER[layer]:
+                offences.append(f"{path.relative_to(pkg)}:{line} imports {mod} ({layer} -> {parts[1]} runs "
+                                f"{'up' if TIER[parts[1]] > TIER[layer] else 'across a tier'})")
+    return offences
+
+
+def test_every_app_layer_has_a_place_in_the_order():
+    assert set(TIER) == app_packages()
+
+
+def test_app_layers_import_each_other_in_one_direction():
+    offences = layer_offences()
+    assert not offences, "an arrow runs back up between app layers (see LAYERS):\n" + "\n".join(offences)
+
+
+def test_the_order_check_sees_an_upward_import(tmp_path):
+    """The check itself: a copy of the package with one lazy upward import (app -> eval, inside a function) and
+    one across a tier (plotting -> generation) is refused, naming both."""
+    import shutil
+
+    copy = tmp_path / "grpo_replay"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "app" / "answers.py").write_text((copy / "app" / "answers.py").read_text()
+                                              + "\n\ndef _up():\n    from ..eval import grading\n")
+    (copy / "plotting" / "benchmarks.py").write_text((copy / "plotting" / "benchmarks.py").read_text()
+                                                    + "\nfrom grpo_replay.generation import SamplingParams\n")
+    offences = layer_offences(copy)
+    assert len(offences) == 2, offences
+    assert "app/answers.py" in offences[0] and "grpo_replay.eval (app -> eval runs up)" in offences[0]
+    assert "plotting/benchmarks.py" in offences[1] and "(plotting -> generation runs across a tier)" in offences[1]
 
 
 BLOCKER = """

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..errors import InputNotFound, MissingDependency, UsageError
+from .answers import extract_boxed
 
 BENCHMARKS = ("math500", "aime25", "aime26", "hmmt_feb25", "hmmt_feb26")
 """The paper's five evaluation benchmarks, in reporting order."""
@@ -340,8 +341,6 @@ def _final_answer(text: str, from_solution: bool, where: str, line: int) -> str:
     """The gold final answer in `text`: the last \\boxed{} of a MATH worked solution, the number after GSM8K's
     `####` (thousands commas dropped: graders compare `1,080` with a model's `1080` as different strings), else text."""
     if from_solution:
-        from ..eval.grading import extract_boxed
-
         boxed = extract_boxed(text)
         if boxed is None:
             raise DataError(where, line, "field 'solution' (our 'answer', read from a worked solution) has no \\boxed{} answer")

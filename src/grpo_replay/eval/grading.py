@@ -25,13 +25,14 @@ import threading
 import time
 from collections import deque
 from multiprocessing.connection import wait as mp_wait
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
+
+from ..app.answers import extract_boxed
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds allowed for one grade (parsing both answers and comparing them)."""
 _HARD_GRACE = 5.0  # extra seconds a worker process gets beyond `timeout` before it is killed
 _STARTUP_ALLOWANCE = 60.0  # a freshly spawned worker must import math-verify/sympy before its first grade
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
 class GradeTimeout(BaseException):
@@ -46,65 +47,6 @@ class _DropTimeoutDisabledWarning(logging.Filter):
 
 for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Extraction
-
-
-def extract_boxed(text: str) -> Optional[str]:
-    """Content of the last well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed 5``) in ``text``.
-
-    Nested and escaped braces (``\\{``) are handled; a truncated last box (unbalanced braces) is ignored in
-    favour of an earlier complete one. Returns None when there is no box.
-    """
-    if not text:
-        return None
-    starts = sorted(
-        (i, cmd) for cmd in _BOX_COMMANDS for i in _find_all(text, cmd)
-    )
-    for start, cmd in reversed(starts):
-        content = _box_content(text, start + len(cmd))
-        if content is not None:
-            return content.strip()
-    return None
-
-
-def _find_all(text: str, needle: str) -> Iterable[int]:
-    i = text.find(needle)
-    while i != -1:
-        yield i
-        i = text.find(needle, i + 1)
-
-
-def _box_content(text: str, pos: int) -> Optional[str]:
-    """Content after a box command that ends just before ``pos``; None if malformed."""
-    if pos < len(text) and text[pos].isalpha():
-        return None  # e.g. "\boxedanswer": a different command
-    j = pos
-    while j < len(text) and text[j] == " ":
-        j += 1
-    if j < len(text) and text[j] == "{":
-        depth, k = 0, j
-        while k < len(text):
-            ch = text[k]
-            if ch == "\\":
-                k += 2  # skip the escaped character (\{ and \} are not grouping braces)
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[j + 1 : k]
-            k += 1
-        return None  # unbalanced: truncated generation
-    if j > pos:  # "\boxed 5": the token up to whitespace or "$"
-        k = j
-        while k < len(text) and not text[k].isspace() and text[k] != "$":
-            k += 1
-        return text[j:k] if k > j else None
-    return None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -208,11 +150,16 @@ class _Worker:
     """
 
     def __init__(self) -> None:
-        # Load this file by path rather than `-m grpo_replay.eval.grading`: importing the package would
-        # import torch (seconds per worker) although grading needs only math-verify.
+        # Import this module with its parent packages stubbed rather than `-m grpo_replay.eval.grading`: the
+        # packages' __init__ would import torch (seconds per worker) although grading needs only math-verify and
+        # `app.answers`, which the stubs' paths still find.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = (
-            "import importlib.util as u; s = u.spec_from_file_location('_grpo_replay_grader', %r); "
-            "m = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main()" % os.path.abspath(__file__)
+            "import os, sys, types\n"
+            f"for name, sub in (('grpo_replay', ''), ('grpo_replay.app', 'app'), ('grpo_replay.eval', 'eval')):\n"
+            f"    m = sys.modules[name] = types.ModuleType(name); m.__path__ = [os.path.join({root!r}, sub)]\n"
+            "from grpo_replay.eval.grading import _worker_main\n"
+            "_worker_main()\n"
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from ..plotting import compare as plots
+from ..plotting import comparison as plots
 from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line, run_cpu_kinds_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
@@ -109,7 +109,8 @@ def build_report(
                     for a in names}
             sec = alternatives.section(dirs)
             results["comparisons"][c]["alternatives"] = sec
-            files.append(plots.axes_curves(sec, names, labels, comp.title, report_dir / f"axes_{c}.png"))
+            files.append(plots.axes_curves(sec, names, labels, comp.title, report_dir / f"axes_{c}.png",
+                                           alternatives.AXES, alternatives.ALTERNATIVES))
     tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
     if "tau_max" in comparisons and tau_arms:
         files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))

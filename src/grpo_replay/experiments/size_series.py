@@ -138,7 +138,7 @@ def build_series_report(report_dir: Path, command: str, arms: str = "paper") -> 
         for r in rows:
             for s, (b, o) in r["acc_per_seed"].items():
                 w.writerow([r["size"], r["n_params"], s, b, o, o - b])
-    from ..plotting.compare import gain_vs_size
+    from ..plotting.comparison import gain_vs_size
 
     png = gain_vs_size(rows, trend, arm, report_dir / "gain_vs_size.png")
     (report_dir / "report.md").write_text(_markdown(result, png.name))

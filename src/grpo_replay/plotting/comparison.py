@@ -1,13 +1,26 @@
-"""PNG plots of a comparison: accuracy vs generated rollouts with CI bands, the tau_max curve, pass@k curves."""
+"""PNG plots of a comparison: accuracy vs generated rollouts with CI bands, the tau_max curve, pass@k curves.
+
+The figures take plain data: an arm's statistics are any object with the fields of `ArmCurves` (the experiments
+layer's `ArmStats` is one), so this module imports nothing above it. A CI is a dict with "mean", "lo", "hi" (and
+"n"), each None where undefined."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Collection, Protocol, Sequence
 
 import matplotlib.ticker
 
-from ..experiments.stats import ArmStats
 from . import plt, save
+
+
+class ArmCurves(Protocol):
+    """What the figures read of one arm's statistics."""
+
+    seeds: list[int]
+    curve: dict  # "grid": generated rollouts; "acc_sampled" / "acc_greedy": one CI per grid point
+    final: dict  # metric -> CI at the end of training
+    pass_at_k: dict  # k -> CI; "diff" -> {k -> paired CI vs the base arm}
 
 
 def _clip(v: float) -> float:
@@ -27,7 +40,7 @@ def _series(cis: list[dict], grid: list[float]):
     return xs, m, lo, hi
 
 
-def accuracy_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+def accuracy_curves(stats: dict[str, ArmCurves], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharex=True)
     for ax, key, name in ((axes[0], "acc_sampled", "sampled mean@n"), (axes[1], "acc_greedy", "greedy")):
         for arm in arms:
@@ -45,7 +58,7 @@ def accuracy_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[st
     return save(fig, path)
 
 
-def tau_curve(stats: dict[str, ArmStats], tau_arms: dict[str, float], path: Path, base: str = "grpo") -> Path:
+def tau_curve(stats: dict[str, ArmCurves], tau_arms: dict[str, float], path: Path, base: str = "grpo") -> Path:
     """Final sampled and greedy accuracy vs tau_max (no eviction drawn at the right end), GRPO as a band."""
     items = sorted(((t, a) for a, t in tau_arms.items() if a in stats), key=lambda x: x[0])
     finite = [t for t, _ in items if math.isfinite(t)]
@@ -104,7 +117,7 @@ def paired_diff_curves(views: dict[str, dict], arms: list[str], labels: dict[str
     return save(fig, path)
 
 
-def pass_at_k_curves(stats: dict[str, ArmStats], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
+def pass_at_k_curves(stats: dict[str, ArmCurves], arms: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for i, arm in enumerate(arms):
         pk = {k: v for k, v in stats[arm].pass_at_k.items() if k != "diff"}
@@ -154,13 +167,13 @@ def gain_vs_size(rows: list[dict], trend: dict, arm: str, path: Path) -> Path:
     return save(fig, path)
 
 
-def axes_curves(sec: dict, names: list[str], labels: dict[str, str], title: str, path: Path) -> Path:
-    """The alternatives section's figure (`experiments/alternatives.py`): mean held-out sampled accuracy with 95 %
-    bands against generated rollouts, update row-passes and training time; arms without replay dashed."""
-    from ..experiments.alternatives import ALTERNATIVES, AXES
-
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), sharey=True)
-    for ax, (key, name) in zip(axes, AXES):
+def axes_curves(sec: dict, names: list[str], labels: dict[str, str], title: str, path: Path,
+                axes_named: Sequence[tuple[str, str]], dashed: Collection[str]) -> Path:
+    """The alternatives section's figure: mean held-out sampled accuracy with 95 % bands against each of
+    `axes_named` ((key in sec["curves"][arm], axis label), e.g. generated rollouts, update row-passes, training
+    time); the arms in `dashed` (those without replay) drawn dashed."""
+    fig, axes = plt.subplots(1, len(axes_named), figsize=(16, 4.2), sharey=True)
+    for ax, (key, name) in zip(axes, axes_named):
         for a in names:
             c = sec["curves"].get(a, {}).get(key)
             if not c:
@@ -170,7 +183,7 @@ def axes_curves(sec: dict, names: list[str], labels: dict[str, str], title: str,
             m = [100 * p["mean"] for _, p in pts]
             lo = [100 * (p["lo"] if p.get("lo") is not None else p["mean"]) for _, p in pts]
             hi = [100 * (p["hi"] if p.get("hi") is not None else p["mean"]) for _, p in pts]
-            (line,) = ax.plot(xs, m, "--" if a in ALTERNATIVES else "-", marker=".", label=labels.get(a, a))
+            (line,) = ax.plot(xs, m, "--" if a in dashed else "-", marker=".", label=labels.get(a, a))
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_xlabel(name)
         ax.grid(alpha=0.3)
