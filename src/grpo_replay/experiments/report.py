@@ -35,6 +35,40 @@ def build_report(
     With `bench` (a real-model comparison), the paper's table from the benchmark stage comes first
     (paper_table.csv too) and the claims are judged on the benchmarks' mean accuracy instead of the held-out set."""
     report_dir.mkdir(parents=True, exist_ok=True)
+    runs, missing = _load_runs(specs)
+    # † marks arms that generate more rollouts per step than the rest (not at the same generation budget).
+    labels = {a.name: a.label + ("" if a.same_budget else " †") for a in arms.values()}
+    results = _header(specs, runs, missing, arms, labels, setting, command, extra_overrides, run_info)
+    if not runs.get(BASE):
+        (report_dir / "report.md").write_text(f"# grpo-replay compare\n\nNo finished {BASE} runs yet; missing: {missing}\n")
+        (report_dir / "results.json").write_text(json.dumps(results, indent=1))
+        return results
+
+    base_by_seed = {r.seed: r for r in runs[BASE]}
+    budgets = choose_budgets(runs[BASE], setting.budgets)
+    n_max = max(int(r.final["n_samples"]) for rs in runs.values() for r in rs)
+    grid = curve_grid([r for rs in runs.values() for r in rs])
+    stats = {a: arm_stats(rs, base_by_seed, budgets, list(range(1, n_max + 1)), grid) for a, rs in runs.items()}
+    claims = check_claims(runs)
+    table_md = ""
+    if bench is not None:
+        claims, table_md = _benchmark_table(results, specs, runs, labels, bench, report_dir)
+    results["budgets"] = budgets
+    results["claims"] = claims
+    results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
+    results["paired_view"] = paired_view.views_for(specs, runs, base_by_seed, grid)
+    files = _figures(results, specs, runs, stats, arms, labels, setting, comparisons, report_dir)
+    results["files"] = [f.name for f in files] + ["report.md", "results.json", "results.csv", "runs.csv"] + (["paper_table.csv"] if bench else [])
+
+    _write_csv(report_dir / "results.csv", stats, budgets)
+    _write_runs_csv(report_dir / "runs.csv", runs)
+    (report_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
+    (report_dir / "report.md").write_text(_markdown(results, stats, runs, labels, comparisons, budgets, files, table_md))
+    return results
+
+
+def _load_runs(specs: list[RunSpec]) -> tuple[dict[str, list[Run]], list[str]]:
+    """The finished runs by arm (in plan order), and "arm/seedN" of each planned run that has not finished."""
     runs: dict[str, list[Run]] = {}
     missing = []
     for s in specs:
@@ -43,9 +77,13 @@ def build_report(
             missing.append(f"{s.arm}/seed{s.seed}")
         else:
             runs.setdefault(s.arm, []).append(r)
-    # † marks arms that generate more rollouts per step than the rest (not at the same generation budget).
-    labels = {a.name: a.label + ("" if a.same_budget else " †") for a in arms.values()}
-    results: dict[str, Any] = {
+    return runs, missing
+
+
+def _header(specs, runs, missing, arms, labels, setting, command, extra_overrides, run_info) -> dict[str, Any]:
+    """The results' description of what ran: command, setting, seeds, provenance, arms and warm starts; the
+    sections after it are filled in by `build_report`."""
+    return {
         "title": _title(setting, extra_overrides),
         "command": command,
         "setting": setting.name,
@@ -65,35 +103,25 @@ def build_report(
         "claims": [],
         "files": [],
     }
-    if not runs.get(BASE):
-        (report_dir / "report.md").write_text(f"# grpo-replay compare\n\nNo finished {BASE} runs yet; missing: {missing}\n")
-        (report_dir / "results.json").write_text(json.dumps(results, indent=1))
-        return results
 
-    base_by_seed = {r.seed: r for r in runs[BASE]}
-    budgets = choose_budgets(runs[BASE], setting.budgets)
-    n_max = max(int(r.final["n_samples"]) for rs in runs.values() for r in rs)
-    ks = list(range(1, n_max + 1))
-    grid = curve_grid([r for rs in runs.values() for r in rs])
-    stats = {a: arm_stats(rs, base_by_seed, budgets, ks, grid) for a, rs in runs.items()}
-    claims = check_claims(runs)
-    table_md = ""
-    if bench is not None:
-        from . import paper_table
 
-        bruns, bmissing = paper_table.load_bench_runs(specs, bench)
-        tstats = paper_table.table_stats(bruns, bench.labels(), list(bench.ks))
-        claims = check_claims(paper_table.claim_runs(bruns))
-        results["bench_settings"] = bench.to_dict()
-        results["paper_table"] = {"missing_runs": bmissing, "arms": _jsonable(tstats)}
-        paper_table.write_csv(report_dir / "paper_table.csv", tstats)
-        table_md = paper_table.markdown(tstats, list(runs), labels, bench, bmissing)
-    results["budgets"] = budgets
-    results["claims"] = claims
-    results["arm_stats"] = {a: _jsonable(st.__dict__) for a, st in stats.items()}
+def _benchmark_table(results, specs, runs, labels, bench: BenchSettings, report_dir: Path) -> tuple[list[dict], str]:
+    """The benchmark stage's part: the paper's table (results["paper_table"], paper_table.csv) and the claims
+    judged on the benchmarks. Returns (claims, the table's markdown)."""
+    from . import paper_table
 
-    views = paired_view.views_for(specs, runs, base_by_seed, grid)
-    results["paired_view"] = views
+    bruns, bmissing = paper_table.load_bench_runs(specs, bench)
+    tstats = paper_table.table_stats(bruns, bench.labels(), list(bench.ks))
+    results["bench_settings"] = bench.to_dict()
+    results["paper_table"] = {"missing_runs": bmissing, "arms": _jsonable(tstats)}
+    paper_table.write_csv(report_dir / "paper_table.csv", tstats)
+    return check_claims(paper_table.claim_runs(bruns)), paper_table.markdown(tstats, list(runs), labels, bench, bmissing)
+
+
+def _figures(results, specs, runs, stats, arms, labels, setting: Setting, comparisons, report_dir: Path) -> list[Path]:
+    """Each comparison's PNGs (accuracy, pass@k, paired differences; the alternatives' three axes) and the tau_max
+    curve; records each comparison's arms (and alternatives section) in results["comparisons"]."""
+    views = results["paired_view"]
     files = []
     for c in comparisons:
         comp = COMPARISONS[c]
@@ -114,13 +142,7 @@ def build_report(
     tau_arms = {a.name: a.tau for a in arms.values() if a.tau is not None and a.name in stats}
     if "tau_max" in comparisons and tau_arms:
         files.append(plots.tau_curve(stats, tau_arms, report_dir / "tau_max.png"))
-    results["files"] = [f.name for f in files] + ["report.md", "results.json", "results.csv", "runs.csv"] + (["paper_table.csv"] if bench else [])
-
-    _write_csv(report_dir / "results.csv", stats, budgets)
-    _write_runs_csv(report_dir / "runs.csv", runs)
-    (report_dir / "results.json").write_text(json.dumps(_jsonable(results), indent=1))
-    (report_dir / "report.md").write_text(_markdown(results, stats, runs, labels, comparisons, budgets, files, table_md))
-    return results
+    return files
 
 
 # ------------------------------------------------------------------------------------------- formatting
