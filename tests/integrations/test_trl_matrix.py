@@ -83,15 +83,15 @@ def _recording_trainer_cls():
             self.replay_buffer.evict(step)  # what compose_batch does first: the rows then available
             self.draws.append((step, round(RATIO * len(mask)), len(self.replay_buffer)))
             result = super()._replay_compose(out, rewards_per_func)
-            self._replay_pending[-1]["test_ref"] = ref[self._replay_pending[-1]["rows"]]
+            self._replay_pending[-1].test_ref = ref[self._replay_pending[-1].rows]
             return result
 
         def _replay_flush(self, log, before_step=None):
             for entry in self._replay_pending:
-                if before_step is None or entry["step"] < before_step:
-                    b = entry["batch"]
+                if before_step is None or entry.step < before_step:
+                    b = entry.batch
                     m = b.completion_mask.bool()
-                    assert torch.allclose(b.behaviour_logps[m], entry["test_ref"][m], atol=TOL), "stored log-probs"
+                    assert torch.allclose(b.behaviour_logps[m], entry.test_ref[m], atol=TOL), "stored log-probs"
                     self.queued_checked += len(b)
             return super()._replay_flush(log, before_step)
 

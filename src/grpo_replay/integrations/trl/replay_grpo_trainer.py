@@ -51,6 +51,7 @@ from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
 from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded
+from .records import LossCapture, QueuedGeneration
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
@@ -90,9 +91,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # One record per generation (train mode): what was composed. For diagnostics and tests; bounded.
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
         self._replay_rewards_per_func: Optional[torch.Tensor] = None
-        self._replay_capture: Optional[dict[str, Any]] = None  # set inside _compute_loss
+        self._replay_capture: Optional[LossCapture] = None  # set inside _compute_loss
         # Fresh rows waiting for the end of their accumulation window to enter the buffer, one entry per generation.
-        self._replay_pending: list[dict[str, Any]] = []
+        self._replay_pending: list[QueuedGeneration] = []
         if self.replay_config.enabled and getattr(self.args, "use_liger_kernel", False):
             warnings.warn("ReplayGRPOTrainer: fresh/replay clip fractions are not logged with the Liger loss.")
 
@@ -115,10 +116,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         ctx = self._replay_capture
-        if ctx is not None and kwargs.get("compute_entropy") and ctx["logps"] is None:  # the loss's own forward
+        if ctx is not None and kwargs.get("compute_entropy") and ctx.logps is None:  # the loss's own forward
             logps = result[0].detach()
-            ctx["logps"] = logps
-            if ctx["row_id"] is not None:
+            ctx.logps = logps
+            if ctx.row_id is not None:
                 self._replay_take_behaviour_logps(ctx, logps)
         return result
 
@@ -128,36 +129,36 @@ class ReplayGRPOTrainer(GRPOTrainer):
         inputs = dict(inputs)  # TRL reuses the buffered chunk when num_iterations > 1: do not mutate it
         is_replay = inputs.pop(REPLAY_FLAG_KEY)
         row_id = inputs.pop(ROW_ID_KEY, None)
-        self._replay_capture = {"inputs": inputs, "is_replay": is_replay, "row_id": row_id, "logps": None}
+        self._replay_capture = LossCapture(inputs, is_replay, row_id)
         try:
             loss = super()._compute_loss(model, inputs)
-            captured = self._replay_capture["logps"]
+            captured = self._replay_capture.logps
         finally:
             self._replay_capture = None
         if captured is not None:
             self._replay_log_clip(inputs, captured, is_replay)
         return loss
 
-    def _replay_take_behaviour_logps(self, ctx: dict[str, Any], logps: torch.Tensor) -> None:
+    def _replay_take_behaviour_logps(self, ctx: LossCapture, logps: torch.Tensor) -> None:
         """Aligned generation: the detached log-probs of this forward are the fresh rows' behaviour log-probs.
         They become the fresh rows' `old_per_token_logps` (TRL's own choice when it skips the pass) and are
         copied into the queued rows; replay rows keep their stored log-probs."""
-        inputs, is_replay = ctx["inputs"], ctx["is_replay"]
+        inputs, is_replay = ctx.inputs, ctx.is_replay
         if "old_per_token_logps" in inputs:  # TRL reads it after this forward returns
             inputs["old_per_token_logps"] = torch.where(is_replay[:, None], inputs["old_per_token_logps"], logps)
         entry = self._replay_pending[-1] if self._replay_pending else None
-        row_id = ctx["row_id"]
+        row_id = ctx.row_id
         take = row_id >= 0
         if not bool(take.any()):
             return
-        if entry is None or not entry["aligned"]:
+        if entry is None or not entry.aligned:
             raise RuntimeError(
                 "ReplayGRPOTrainer: a batch carries queued-row ids but no generation is waiting for them"
             )
         ids = row_id[take].cpu()
-        stored = entry["batch"].behaviour_logps
+        stored = entry.batch.behaviour_logps
         stored[ids] = logps[take][:, : stored.shape[1]].float().cpu()
-        entry["missing"][ids] = False
+        entry.missing[ids] = False
 
     def training_step(self, model, inputs, num_items_in_batch):
         out = super().training_step(model, inputs, num_items_in_batch)
@@ -238,8 +239,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
         # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
         queued = torch.nonzero(nonzero_var & has_tokens).flatten()
-        entry = {"batch": fresh.select(queued), "rows": queued, "step": step, "aligned": aligned, "history": None,
-                 "missing": torch.full((len(queued),), aligned, dtype=torch.bool)}
+        entry = QueuedGeneration(fresh.select(queued), queued, step, aligned,
+                                 missing=torch.full((len(queued),), aligned, dtype=torch.bool))
         row_id = torch.full((n,), -1, dtype=torch.long)
         row_id[queued] = torch.arange(len(queued))
         if aligned:
@@ -261,7 +262,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             out[ROW_ID_KEY] = torch.cat([row_id[kept], torch.full((n_replay,), -1, dtype=torch.long)]).to(device)
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        entry["history"] = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()))
+        entry.history = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()))
         return out
 
     def _replay_flush(self, log: bool, before_step: Optional[int] = None) -> None:
@@ -269,28 +270,28 @@ class ReplayGRPOTrainer(GRPOTrainer):
         `log`, every process must call it at the same point: the logged counts are gathered."""
         keep, flushed, inserted = [], [], 0
         for entry in self._replay_pending:
-            if before_step is not None and entry["step"] >= before_step:
+            if before_step is not None and entry.step >= before_step:
                 keep.append(entry)
                 continue
-            if bool(entry["missing"].any()):
+            if bool(entry.missing.any()):
                 raise RuntimeError(
-                    f"ReplayGRPOTrainer: {int(entry['missing'].sum())} queued rows of step {entry['step']} never went "
+                    f"ReplayGRPOTrainer: {int(entry.missing.sum())} queued rows of step {entry.step} never went "
                     "through the update, so they have no behaviour log-probs"
                 )
-            entry["inserted"] = self.replay_buffer.add(entry["batch"], entry["step"])
-            inserted += entry["inserted"]
+            entry.inserted = self.replay_buffer.add(entry.batch, entry.step)
+            inserted += entry.inserted
             flushed.append(entry)
         self._replay_pending = keep
         for entry in flushed:
-            if entry["history"] is not None:
-                entry["history"].update(inserted=entry["inserted"], buffer_size=len(self.replay_buffer))
+            if entry.history is not None:
+                entry.history.update(inserted=entry.inserted, buffer_size=len(self.replay_buffer))
         if log:
             tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
             metrics = self._metrics["train"]
             metrics["replay/inserted"].append(tot["inserted"])
             metrics["replay/buffer_size"].append(tot["buffer_size"])
 
-    def _replay_displaced_logps(self, out: dict[str, Any], entry: dict[str, Any], row_id: torch.Tensor,
+    def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
         """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch. Under FSDP or
         ZeRO-3 a forward is a collective, so every process runs the same passes: each pads its rows (none
@@ -302,8 +303,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         idx = torch.cat([rows, torch.zeros(most - len(rows), dtype=torch.long)]).to(self.accelerator.device)
         sub = {k: out[k][idx] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
         logps = self._replay_behaviour_logps(sub).float().cpu()[: len(rows)]
-        entry["batch"].behaviour_logps[row_id[rows]] = logps
-        entry["missing"][row_id[rows]] = False
+        entry.batch.behaviour_logps[row_id[rows]] = logps
+        entry.missing[row_id[rows]] = False
 
     def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
