@@ -14,8 +14,8 @@ from pathlib import Path
 
 #: Bump when the task format, tokenizer or warm-start procedure changes in a way that
 #: invalidates cached checkpoints.
-# v2: warm starts cut short by the wall-clock cap are no longer cached (v1 caches may hold such a machine-speed-
-# dependent checkpoint, so they are not reused).
+# v2: a warm start cut short by the wall-clock cap is not cached (a v1 cache may hold such a machine-speed-
+# dependent checkpoint, so v1 caches are not reused).
 CACHE_FORMAT_VERSION = "testbed-v2"
 
 #: Fields that do not affect the cached warm-start checkpoint (excluded from the cache hash).
