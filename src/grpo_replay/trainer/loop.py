@@ -219,8 +219,8 @@ def step(run: Run, t: int) -> StepOutput:
         fresh.ref_logps = _no_grad_logps(run.ref_model, fresh, cfg)  # (n_fresh, C)
 
     # 4-6. Evict stale rows, sample replay rows, compose, update_epochs PPO-clip updates (one by default).
-    n_filtered = n_gen - len(fresh) if cfg.replay.fill_filtered else None  # replay.fill_filtered: the replay count
-    update, fresh_index = compose_batch(fresh, buffer, t, n_filtered) if len(fresh) or n_filtered else (fresh, torch.arange(0))
+    # n_filtered: the rows the zero-variance filter removed (compose_batch's replay count with replay.fill_filtered).
+    update, fresh_index = compose_batch(fresh, buffer, t, n_filtered=n_gen - len(fresh))
     fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
     if not fresh_measured:
         # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
