@@ -22,10 +22,11 @@ RENAMED = {
     "kl": "kl",
     "grad_norm": "grad_norm",
     "lr": "learning_rate",
+    mn.BUFFER_SIZE: mn.BUFFER_SIZE,
     "time/step_s": "step_time",
 }
 SHARED = (mn.REPLAY_SHARE, mn.REPLAY_AGE_MEAN, mn.REPLAY_AGE_MAX, mn.FRESH_ABS_ADV, mn.REPLAY_ABS_ADV,
-          "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean", mn.BUFFER_SIZE)
+          "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean")
 
 
 def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int) -> Optional[dict[str, Any]]:
