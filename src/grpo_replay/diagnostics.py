@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from . import metric_names as mn
 from .rollout import RolloutBatch
 
 
@@ -14,7 +15,7 @@ def split_metrics(batch: RolloutBatch, step: int, stats: dict[str, torch.Tensor]
     out: dict[str, Any] = {}
     n = len(batch)
     is_rep = batch.is_replay.cpu()
-    out["replay/share"] = float(is_rep.float().mean()) if n else 0.0
+    out[mn.REPLAY_SHARE] = float(is_rep.float().mean()) if n else 0.0
     for name, rows in (("fresh", ~is_rep), ("replay", is_rep)):
         k = int(rows.sum())
         out[f"{name}/count"] = k
@@ -34,7 +35,7 @@ def split_metrics(batch: RolloutBatch, step: int, stats: dict[str, torch.Tensor]
                 out[f"{name}/clip_frac"] = float(c.float().mean())
     ages = batch.age(step)[is_rep].cpu()
     if ages.numel():
-        out["replay/age_mean"] = float(ages.float().mean())
-        out["replay/age_max"] = int(ages.max())
-        out["replay/age_hist"] = torch.bincount(ages.clamp(min=0)).tolist()
+        out[mn.REPLAY_AGE_MEAN] = float(ages.float().mean())
+        out[mn.REPLAY_AGE_MAX] = int(ages.max())
+        out[mn.REPLAY_AGE_HIST] = torch.bincount(ages.clamp(min=0)).tolist()
     return out

@@ -173,7 +173,7 @@ def test_train_each_preset(tmp_path, preset):
     assert hist[0]["replay_rows"] == 0, "replay during warm-up"
     assert all(h["replay_rows"] > 0 for h in hist[1:]), hist
     assert shares[0] == 0.0 and all(s > 0 for s in shares[1:])
-    assert len(trainer.replay_buffer) > 0 and _logged(trainer, "replay/buffer_size")[-1] > 0
+    assert len(trainer.replay_buffer) > 0 and _logged(trainer, "buffer/size")[-1] > 0
     assert all(b < h["step"] for h in hist for b in h["replay_birth_steps"])  # replay rows are from earlier steps
     assert _logged(trainer, "replay/age_mean") and _logged(trainer, "replay/clip_frac")
     assert _logged(trainer, "fresh/clip_frac")

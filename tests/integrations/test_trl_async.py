@@ -11,8 +11,8 @@ import torch  # noqa: E402
 
 from async_setup import make_async_trainer, params, reward_some_flat  # noqa: E402
 
-METRICS = ("replay/share", "replay/rows", "replay/frac_zero_variance", "replay/buffer_size", "replay/age_mean",
-           "replay/age_max", "replay/abs_adv", "fresh/abs_adv", "replay/evicted_age_total", "replay/age_bound", "replay/inserted")
+METRICS = ("replay/share", "replay/count", "replay/frac_zero_variance", "buffer/size", "replay/age_mean",
+           "replay/age_max", "replay/abs_adv", "fresh/abs_adv", "buffer/evicted_age", "replay/age_bound", "replay/inserted")
 
 
 def _samples(record, replay):
@@ -109,7 +109,7 @@ def test_token_budget_rows_within_budget(tmp_path):
     t.train()
     logs = [row for row in t.state.log_history if "loss" in row]
     assert t.replay_composer.buffer.total_evicted_uses > 0  # each stored row replayed once, then gone
-    assert logs[-1]["replay/evicted_uses_total"] == t.replay_composer.buffer.total_evicted_uses
+    assert logs[-1]["buffer/evicted_uses"] == t.replay_composer.buffer.total_evicted_uses
     assert max(row["batch/row_tokens_max"] for row in logs) <= 40
     assert len(t.replay_rows_per_process) == 8 and min(t.replay_rows_per_process) >= 1
     chunks = [c for c in t.replay_composer.history if c["chunk"] >= 1 and c["buffer_size"] >= 2]

@@ -123,7 +123,7 @@ def test_a_real_full_disk_at_a_checkpoint_is_reported_as_one(tmp_path, file):
     "unexpected pos"); the trainer's message for a full disk needs the OSError."""
     from test_checkpoint import _parts
 
-    from grpo_replay.trainer.loop import save_checkpoint
+    from grpo_replay.trainer.rundir import RunDir
     from grpo_replay.trainer.stopping import CheckpointError
 
     parts = _parts()
@@ -141,8 +141,8 @@ def test_a_real_full_disk_at_a_checkpoint_is_reported_as_one(tmp_path, file):
         (disk / "filler").write_bytes(b"\0" * (free - room))
         with pytest.raises(CheckpointError, match="checkpoint at step 1 failed: No space left on device; there is no "
                                                   "previous checkpoint") as e:
-            save_checkpoint(disk, 1, {"initial_eval": None}, 2, model=model, tokenizer=None, optimizer=opt,
-                            scheduler=sched, buffer=buf, prompt_rng=rng)
+            RunDir(disk).save_checkpoint(1, {"initial_eval": None}, 2, model=model, tokenizer=None, optimizer=opt,
+                                         scheduler=sched, buffer=buf, prompt_rng=rng)
         assert isinstance(e.value.__cause__, OSError) and e.value.__cause__.errno == errno.ENOSPC
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # the partial checkpoint is removed
     finally:
@@ -190,9 +190,8 @@ def test_a_full_disk_while_the_final_plots_are_written_stops_with_a_message(refe
 _FSIZE_SCRIPT = r"""
 import resource, signal, sys
 sys.path.insert(0, sys.argv[2])
-from pathlib import Path
 from test_checkpoint import _parts, _train_a_bit
-from grpo_replay.trainer.loop import save_checkpoint
+from grpo_replay.trainer.rundir import RunDir
 from grpo_replay.trainer.stopping import CheckpointError
 
 model, opt, sched, buf, rng = _parts()
@@ -200,8 +199,8 @@ _train_a_bit(model, opt, sched, buf, 0)  # the optimizer's state (two moments) m
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
 try:
-    save_checkpoint(Path(sys.argv[1]), 1, {"initial_eval": None}, 2, model=model, tokenizer=None, optimizer=opt,
-                    scheduler=sched, buffer=buf, prompt_rng=rng)
+    RunDir(sys.argv[1]).save_checkpoint(1, {"initial_eval": None}, 2, model=model, tokenizer=None, optimizer=opt,
+                                        scheduler=sched, buffer=buf, prompt_rng=rng)
 except CheckpointError as e:
     print("CheckpointError", type(e.__cause__).__name__, getattr(e.__cause__, "errno", None), e)
 """

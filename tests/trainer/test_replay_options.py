@@ -68,8 +68,8 @@ def test_trl_backend_fills_filtered_rows_and_evicts_used_ones(tiny_overrides, tm
     hist = json.loads((out / "trl_summary.json").read_text())["replay_history"]
     assert len(hist) == 4 and hist[0]["replay_rows"] == 0  # warm-up step
     n = tiny_overrides["prompts_per_step"] * tiny_overrides["group_size"]
-    logged = [r["replay/evicted_uses_total"] for r in json.loads((out / "trl_summary.json").read_text())["log_history"]
-              if "replay/evicted_uses_total" in r]
+    logged = [r["buffer/evicted_uses"] for r in json.loads((out / "trl_summary.json").read_text())["log_history"]
+              if "buffer/evicted_uses" in r]
     # max_uses=1: every replayed row leaves the buffer after its draw
     assert logged and logged[-1] == sum(h["replay_rows"] for h in hist) > 0
     zero_var = [n - sum(1 for a in h["fresh_advantages"] if a != 0) for h in hist]

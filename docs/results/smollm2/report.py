@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -14,12 +13,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from grpo_replay.app import jsonl  # noqa: E402
+
 ARMS = {"paper": "paper preset (replay)", "grpo": "GRPO (no replay)"}
 KEEP = ("config.yaml", "metrics.jsonl", "evals.jsonl", "summary.json")
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
 def mean(xs):
@@ -32,7 +29,7 @@ def main(runs: Path, out: Path) -> None:
     for arm in ARMS:
         d = runs / f"{arm}-seed0"
         if (d / "metrics.jsonl").exists():
-            data[arm] = (rows(d / "metrics.jsonl"), rows(d / "evals.jsonl"))
+            data[arm] = (jsonl.read_metrics(d / "metrics.jsonl"), jsonl.read(d / "evals.jsonl"))
             (out / arm).mkdir(parents=True, exist_ok=True)
             for name in KEEP:
                 if (d / name).exists():

@@ -17,8 +17,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..app import jsonl
 from .markdown import table
-from .stats import budget_to_reach, ci, interp, read_jsonl
+from .stats import budget_to_reach, ci, interp
 
 ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3")
 """The arms without replay: what a user would pick instead (experiments/arms.py)."""
@@ -53,7 +54,7 @@ def run_axes(evals: list[dict], metrics: list[dict], seed: int = 0) -> AxisRun:
 
 def load(run_dir: Path, seed: int) -> AxisRun:
     run_dir = Path(run_dir)
-    return run_axes(read_jsonl(run_dir / "evals.jsonl"), read_jsonl(run_dir / "metrics.jsonl"), seed)
+    return run_axes(jsonl.read(run_dir / "evals.jsonl"), jsonl.read_metrics(run_dir / "metrics.jsonl"), seed)
 
 
 def best_alternative(runs: dict[str, dict[int, AxisRun]]) -> Optional[str]:

@@ -12,9 +12,10 @@ from typing import Optional
 
 import numpy as np
 
+from ..app import jsonl
 from .arms import BASE
 from .markdown import count, table
-from .stats import Run, read_jsonl, budget_to_reach, ci, format_diff, interp, paired_ci
+from .stats import Run, budget_to_reach, ci, format_diff, interp, paired_ci
 
 REACH_TARGET = 0.6
 """The fraction of GRPO's generated rollouts the report checks each arm against (reaching GRPO's final accuracy)."""
@@ -79,7 +80,7 @@ def run_regime(run_dir: Path) -> dict[str, Optional[float]]:
     evaluations are not in it) and its drift regime:
     the step-mean of each REGIME_MEANS key (over the steps that log it), the REGIME_SUMS totals and the last
     REGIME_LAST values; None where the run never logged the key."""
-    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    rows = jsonl.read_metrics(Path(run_dir) / "metrics.jsonl")
     # time/step_s includes the drift probe (a diagnostic that only some settings turn on): it is left out.
     steps = [float(m["time/step_s"]) - float(m.get("time/drift_s") or 0.0) for m in rows if m.get("time/step_s") is not None]
     out: dict[str, Optional[float]] = {"train_s": float(sum(steps)) if steps else None}

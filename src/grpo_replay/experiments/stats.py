@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..app import jsonl
 from ..app.provenance import cpu_kind
 from ..eval.metrics import aes, evaluate_correctness, relative_change
 
@@ -170,8 +171,8 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     run_dir = Path(run_dir)
     if not (run_dir / "summary.json").exists():
         return None
-    evals = read_jsonl(run_dir / "evals.jsonl")
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    evals = jsonl.read(run_dir / "evals.jsonl")
+    metrics = jsonl.read_metrics(run_dir / "metrics.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     warm = (summary.get("setup") or {}).get("warm_start") or {}
     warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
@@ -179,11 +180,6 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     prov = summary.get("provenance") or {}
     kind = cpu_kind(prov) if "cpu" in prov else None
     return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, prov.get("commit"), kind)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The rows of a JSONL file (empty lines skipped); [] when it does not exist."""
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
 # --------------------------------------------------------------------------------------- aggregation

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from ..app import jsonl
 from ..errors import UsageError
 
 TABLE_COLUMNS = (
@@ -25,21 +26,6 @@ TABLE_COLUMNS = (
 
 class NotARunError(UsageError):
     """A directory that is not a grpo-replay run directory (or has nothing to plot yet)."""
-
-
-def _rows(path: Path) -> list[dict]:
-    """JSONL rows; a line cut short by a kill mid-write (a run still training or killed) is skipped."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            out.append(row)
-    return out
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
@@ -59,7 +45,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         raise NotARunError(f"{cfg_path} is not valid YAML: {e}") from None
     if not isinstance(cfg, dict):
         raise NotARunError(f"{cfg_path} does not hold a config mapping")
-    metrics, evals = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "evals.jsonl")
+    metrics, evals = jsonl.read_metrics(run_dir / "metrics.jsonl"), jsonl.read(run_dir / "evals.jsonl")
     if not metrics and not evals:
         raise NotARunError(f"{run_dir} has no logged steps yet (metrics.jsonl and evals.jsonl are empty or missing)")
     summary = None

@@ -1,19 +1,16 @@
 """A training run's own PNG plots, drawn into its run directory from its metrics.jsonl and evals.jsonl."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from ..app import jsonl
 
 from . import plt, save
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
-
-
 def plot_run(run_dir: Path) -> list[Path]:
     run_dir = Path(run_dir)
-    metrics, evals = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "evals.jsonl")
+    metrics, evals = jsonl.read_metrics(run_dir / "metrics.jsonl"), jsonl.read(run_dir / "evals.jsonl")
     out = []
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))

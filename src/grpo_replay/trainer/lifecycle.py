@@ -1,18 +1,16 @@
 """The run lifecycle both backends share (the built-in loop and `--backend trl`): the device, the held-out
 evaluation at the start, during and at the end of a run, and the summary it ends with.
 
-The run directory itself (checked, locked, marked, config.yaml written) is `rundir.claim`'s; a backend trains
-between `HeldOut(...)` at the start and `write_summary` at the end.
+The run directory itself (checked, locked, marked, config.yaml written; its logs, checkpoints and summary.json) is
+`rundir.RunDir`'s; a backend trains between `HeldOut(...)` at the start and `RunDir.write_summary(summary(...))`
+at the end.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..app.provenance import provenance
 from .evaluation import evaluate
 from .train_config import TrainConfig
 
@@ -53,11 +51,3 @@ def summary(cfg: TrainConfig, *, generated: int, start: dict, end: dict, setup: 
         "final_eval": {k: v for k, v in end.items() if k != "counts"},
     })
     return {**out, **extra, "setup": setup}
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """summary.json, with the provenance of the code the run finished with (a resumed run may have started on
-    other code); returns the summary written."""
-    summary = {**summary, "provenance": provenance()}
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    return summary

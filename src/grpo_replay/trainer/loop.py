@@ -32,14 +32,10 @@ Where this departs from the paper (or the summary is silent):
 from __future__ import annotations
 
 import copy
-import errno
-import json
-import os
 import random
 import time
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,18 +47,19 @@ from ..app import tracking
 from ..app.console import quiet_third_party
 from ..generation.transformers import TransformersGenerator
 from ..loss import LossConfig
-from . import checkpoint, lifecycle, rundir
+from . import lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from . import dynamic_sampling
 from .drift_bound import drift_metrics, evict_drifted
 from .dynamic_sampling import Round, needs_another_round
 from .dynamic_sampling import merge as merge_rounds
-from .lifecycle import HeldOut, resolve_device, write_summary
+from .lifecycle import HeldOut, resolve_device
 from .logprobs import token_logps
 from .update import epoch_metrics
 from .update import update as _update  # the name tests patch
 from .memory import check_step_memory
 from .rewards import RewardScorer, SafeRewardTask
+from .rundir import RunDir
 from .train_config import TrainConfig
 from .setup import build_policy
 from .stopping import CheckpointError, StopSignals, TrainingInterrupted, TrainingStopped  # noqa: F401 (re-exported)
@@ -77,7 +74,7 @@ class Run:
     """Everything `setup` builds and every step reads (CleanRL keeps these as module-level variables)."""
 
     cfg: TrainConfig
-    run_dir: Path
+    run_dir: RunDir  # the run's files: logs, checkpoints, summary
     model: Any
     tokenizer: Any
     ref_model: Any  # frozen copy of the initial policy when loss.beta > 0, else None
@@ -114,7 +111,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         return _train(cfg, run_dir)
 
 
-def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
+def _train(cfg: TrainConfig, run_dir: RunDir) -> dict[str, Any]:
     run = setup(cfg, run_dir)
     try:
         resume(run)
@@ -135,7 +132,7 @@ def _train(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
             close()
 
 
-def setup(cfg: TrainConfig, run_dir: Path) -> Run:
+def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     """Model, task, optimizer, buffer, generator: everything before the first step (no checkpoint read yet)."""
     torch.manual_seed(cfg.seed)
     if cfg.torch_threads or cfg.reward == "testbed":
@@ -181,23 +178,20 @@ def setup(cfg: TrainConfig, run_dir: Path) -> Run:
 def resume(run: Run) -> None:
     """Load the latest checkpoint if any, trim the logs to it, open the trackers, evaluate the start once."""
     run.state = {"generated": 0, "bad_in_a_row": 0, "bad_total": 0, "initial_eval": None}
-    ckpt, state = checkpoint.load_latest(run.run_dir, run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng,
-                                         drift=run.drift)
+    ckpt, state = run.run_dir.load_checkpoint(run.model, run.optimizer, run.scheduler, run.buffer, run.prompt_rng,
+                                              drift=run.drift)
     if ckpt is not None:
         run.state = state
         run.start = run.state.pop("step")
         print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
         run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
-    # Rows after the checkpoint (or every row, without one) are redone: drop them so the logs match an
-    # uninterrupted run. An eval at the checkpoint's own step was written before the checkpoint: kept.
-    _truncate_jsonl(run.run_dir / "metrics.jsonl", run.start if ckpt is not None else -1)
-    _truncate_jsonl(run.run_dir / "evals.jsonl", run.start if ckpt is not None else -1)
+    run.run_dir.keep_logs_to(run.start if ckpt is not None else -1)  # the rows after it are redone
     # Every row appended to metrics.jsonl / evals.jsonl also goes to the report_to trackers (none: a no-op).
     first_step = run.start + 1 if ckpt is not None else 0
-    run.tracker = tracking.Tracker(run.cfg.report_to, run.run_dir, run.cfg.to_dict(), first_step=first_step)
+    run.tracker = tracking.Tracker(run.cfg.report_to, run.run_dir.path, run.cfg.to_dict(), first_step=first_step)
     if run.state["initial_eval"] is None:
         run.state["initial_eval"] = _evaluate(run)
-        _append(run.run_dir / "evals.jsonl", {"step": 0, "generated": 0, **run.state["initial_eval"]}, run.tracker)
+        run.run_dir.log_eval({"step": 0, "generated": 0, **run.state["initial_eval"]}, run.tracker)
     run.state["last_eval"] = run.state.get("last_eval") or run.state["initial_eval"]
 
 
@@ -280,15 +274,15 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
     step_done = t + 1
     if (cfg.eval_every and step_done % cfg.eval_every == 0) or step_done == cfg.steps:
         state["last_eval"] = _evaluate(run)
-        _append(run.run_dir / "evals.jsonl", {"step": step_done, "generated": state["generated"], **state["last_eval"]}, run.tracker)
-    _append(run.run_dir / "metrics.jsonl", row, run.tracker)
+        run.run_dir.log_eval({"step": step_done, "generated": state["generated"], **state["last_eval"]}, run.tracker)
+    run.run_dir.log_metrics(row, run.tracker)
     bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{state['last_eval']['acc_sampled']:.3f}", buf=len(run.buffer),
                     replay=f"{row['replay/share']:.2f}")
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
-        save_checkpoint(run.run_dir, step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
-                        optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer, prompt_rng=run.prompt_rng,
-                        drift=run.drift, config_yaml=cfg.to_yaml())
+        run.run_dir.save_checkpoint(step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
+                                    optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer,
+                                    prompt_rng=run.prompt_rng, drift=run.drift, config_yaml=cfg.to_yaml())
     if interrupted and not stop:
         run.tracker.close()
         raise TrainingInterrupted(
@@ -330,36 +324,17 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
     }
 
 
-def save_checkpoint(
-    run_dir: Path, step_done: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer, prompt_rng,
-    drift: DriftProbe | None = None, config_yaml: str | None = None,
-) -> None:
-    """`checkpoint.save`, with an OSError (e.g. disk full) turned into a CheckpointError that says what to do."""
-    try:
-        checkpoint.save(run_dir, step_done, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state, keep=keep,
-                        drift=drift, config_yaml=config_yaml)
-    except OSError as e:
-        prev = checkpoint.latest(run_dir)
-        intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
-        reason = e.strerror or str(e)
-        todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
-        raise CheckpointError(
-            f"checkpoint at step {step_done} failed: {reason}; {intact} in {run_dir}. "
-            f"{todo} the same command to resume from the last checkpoint."
-        ) from e
-
-
 def finish(run: Run) -> dict[str, Any]:
     """summary.json and the run's plots; returns the summary."""
     cfg, state = run.cfg, run.state
-    summary = write_summary(run.run_dir, lifecycle.summary(
+    summary = run.run_dir.write_summary(lifecycle.summary(
         cfg, generated=state["generated"], start=state["initial_eval"], end=state["last_eval"], setup=run.setup_info,
         skipped_nonfinite_steps=state["bad_total"], reward_errors=run.scorer.errors,
         reward_timeouts=run.scorer.timeouts))
     from ..plotting.training import plot_run
 
     try:
-        plot_run(run.run_dir)
+        plot_run(run.run_dir.path)
     except OSError as e:  # e.g. a full disk: the run itself is complete, a rerun only redraws the plots
         raise TrainingStopped(f"writing the plots into {run.run_dir} failed: {e.strerror or e}; the run is complete "
                               f"(summary.json). Free disk space, then rerun the same command to write them.") from e
@@ -393,33 +368,3 @@ def _frozen_copy(model):
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
-
-
-def _append(path: Path, row: dict, tracker: tracking.Tracker | None = None) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-    if tracker is not None:
-        tracker.log(row)
-
-
-def _truncate_jsonl(path: Path, step: int, key: str = "step") -> None:
-    """On resume, keep the rows with row[key] <= step (those the checkpoint covers) and drop the rest.
-
-    A line cut short by a kill mid-write is dropped too (it can only belong to a step being redone); the
-    file is replaced atomically so a second crash here cannot lose the rows before the checkpoint."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get(key), int) and row[key] <= step:
-            keep.append(line + "\n")
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write("".join(keep))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -1,6 +1,12 @@
-"""The run directory: checked, claimed and locked before any compute.
+"""The run directory: `RunDir`, the one owner of a run's files, and `claim`, which checks and locks it before any
+compute.
 
-`claim(cfg)` is held for the whole run (built-in trainer and `--backend trl`):
+`RunDir` names every file a run writes and writes them: the metrics and evaluation logs (metrics.jsonl,
+evals.jsonl: appended a row a step, trimmed to the checkpoint's step on resume, read back tolerantly), the
+checkpoints (`checkpoint.py` writes one; a full disk becomes a `CheckpointError` that says what to do) and
+summary.json.
+
+`claim(cfg)` is held for the whole run (built-in trainer and `--backend trl`) and yields the `RunDir`:
   - the path must be usable: not empty, not a file, not under a file, writable;
   - the directory must be empty, new, or a grpo-replay run (it holds the marker file `.grpo-replay-run`);
     a directory with anyone else's files is never written into;
@@ -14,6 +20,7 @@ Only then is config.yaml (re)written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -22,12 +29,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-import yaml
-
 from .. import __version__
-from ..app import configio
+from ..app import configio, jsonl
+from ..app.provenance import provenance
 from ..errors import UsageError
+from . import checkpoint
+from .stopping import CheckpointError
 
+METRICS, EVALS, SUMMARY = "metrics.jsonl", "evals.jsonl", "summary.json"
 MARKER = ".grpo-replay-run"
 LOCK = ".grpo-replay.lock"
 
@@ -101,22 +110,15 @@ def _is_train_config(path: Path) -> bool:
     return True
 
 
-def _flat(cfg) -> dict[str, Any]:
-    # Through YAML and back, so the requested config compares like with like with a saved config.yaml.
-    return configio.flatten(yaml.safe_load(cfg.to_yaml()))
-
-
 def config_diff(saved, requested) -> dict[str, tuple[Any, Any]]:
     """key -> (run's value, requested value) for every key outside RESUMABLE_KEYS that differs."""
-    a, b = _flat(saved), _flat(requested)
+    a, b = saved.flat(), requested.flat()
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in RESUMABLE_KEYS and a.get(k) != b.get(k)}
 
 
 def _check_resume(cfg, run_dir: Path) -> int:
     """Refuse a resume that would mix two runs; returns the steps the run has done (0 for a new run)."""
-    from .checkpoint import latest
-
-    ckpt = latest(run_dir)
+    ckpt = checkpoint.latest(run_dir)
     has_results = (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()
                    or any(run_dir.glob("checkpoint-*")))  # TRL's own checkpoints (--backend trl with a real model)
     if not has_results:
@@ -152,23 +154,19 @@ def _trl_checkpoint_steps(run_dir: Path) -> list[int]:
 
 def _summary_steps(run_dir: Path) -> int:
     """The steps a finished run's summary.json records (0 when there is none or it cannot be read)."""
-    try:
-        steps = json.loads((run_dir / "summary.json").read_text()).get("steps", 0)
-    except (OSError, ValueError, AttributeError):
-        return 0
+    steps = (RunDir(run_dir).read_summary() or {}).get("steps", 0)
     return steps if isinstance(steps, int) else 0
 
 
 def _saved_config(run_dir: Path):
     """The config a run with results was made with: the one its newest readable checkpoint carries (what a resume
     continues), else its config.yaml; a run with neither is refused, since a resume could not be checked."""
-    from .checkpoint import CONFIG, DamagedCheckpoint, list_checkpoints, saved_config
     from .train_config import resolve
 
-    for ckpt in reversed(list_checkpoints(run_dir)):
+    for ckpt in reversed(checkpoint.list_checkpoints(run_dir)):
         try:
-            text = saved_config(ckpt)
-        except DamagedCheckpoint:
+            text = checkpoint.saved_config(ckpt)
+        except checkpoint.DamagedCheckpoint:
             continue  # the resume falls back past it too, and names it
         if text is not None:
             try:
@@ -178,7 +176,7 @@ def _saved_config(run_dir: Path):
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise RunDirError(
-            f"{run_dir} holds a run's results but no config.yaml (and no checkpoint carrying its {CONFIG}), so a resume "
+            f"{run_dir} holds a run's results but no config.yaml (and no checkpoint carrying its {checkpoint.CONFIG}), so a resume "
             f"cannot be checked against the config it was made with; restore {path} or give another --out")
     try:
         return resolve(yaml_path=str(path))
@@ -258,9 +256,108 @@ def exclusive(directory: Path, name: str, what: str) -> Iterator[Path]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+class RunDir:
+    """One run directory's files: the only code that names them. Path-like (`Path(run)`, `run / "x"`, `str(run)`).
+
+    metrics.jsonl, evals.jsonl: a row appended per step / evaluation (and sent to the run's trackers), read
+    tolerantly (`app.jsonl`), trimmed to the checkpoint's step on resume; checkpoints `ckpt-<step>/`
+    (`checkpoint.py`); summary.json with the code's provenance."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.metrics, self.evals, self.summary = self.path / METRICS, self.path / EVALS, self.path / SUMMARY
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (RunDir, Path)) and Path(other) == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def log_metrics(self, row: dict[str, Any], tracker=None) -> None:
+        """One step's metrics row, into metrics.jsonl and the report_to trackers (None: the file only)."""
+        _log(self.metrics, row, tracker)
+
+    def log_eval(self, row: dict[str, Any], tracker=None) -> None:
+        """One evaluation's row, into evals.jsonl and the report_to trackers."""
+        _log(self.evals, row, tracker)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return jsonl.read_metrics(self.metrics)
+
+    def read_evals(self) -> list[dict[str, Any]]:
+        return jsonl.read(self.evals)
+
+    def keep_logs_to(self, step: int) -> None:
+        """Drop the log rows after `step` (-1: every row): a resumed run redoes the steps after its checkpoint, so
+        the logs then match an uninterrupted run's. An evaluation at the checkpoint's own step was written before
+        the checkpoint: it is kept."""
+        jsonl.truncate(self.metrics, step)
+        jsonl.truncate(self.evals, step)
+
+    def latest_checkpoint(self) -> Optional[Path]:
+        return checkpoint.latest(self.path)
+
+    def load_checkpoint(self, *live, drift=None) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
+        """`checkpoint.load_latest` into the live model, optimizer, scheduler, buffer and prompt_rng."""
+        return checkpoint.load_latest(self.path, *live, drift=drift)
+
+    def save_checkpoint(self, step: int, state: dict, keep: int, *, model, tokenizer, optimizer, scheduler, buffer,
+                        prompt_rng, drift=None, config_yaml: Optional[str] = None) -> Path:
+        """`checkpoint.save` of the completed `step`, an OSError (e.g. a full disk) turned into a CheckpointError
+        that says what to do."""
+        try:
+            return checkpoint.save(self.path, step, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state,
+                                   keep=keep, drift=drift, config_yaml=config_yaml)
+        except OSError as e:
+            prev = checkpoint.latest(self.path)
+            intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
+            todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
+            raise CheckpointError(
+                f"checkpoint at step {step} failed: {e.strerror or e}; {intact} in {self.path}. "
+                f"{todo} the same command to resume from the last checkpoint."
+            ) from e
+
+    def write_summary(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """summary.json, with the provenance of the code the run finished with (a resumed run may have started on
+        other code); returns the summary written."""
+        summary = {**summary, "provenance": provenance()}
+        self.summary.write_text(json.dumps(summary, indent=1, default=str))
+        return summary
+
+    def read_summary(self) -> Optional[dict[str, Any]]:
+        """summary.json of a finished run; None when there is none or it cannot be read."""
+        try:
+            summary = json.loads(self.summary.read_text())
+        except (OSError, ValueError):
+            return None
+        return summary if isinstance(summary, dict) else None
+
+
+def _log(path: Path, row: dict[str, Any], tracker) -> None:
+    jsonl.append(path, row)
+    if tracker is not None:
+        tracker.log(row)
+
+
 @contextlib.contextmanager
-def claim(cfg) -> Iterator[Path]:
-    """Check, lock and prepare cfg.run_dir (see the module docstring); yields it, unlocks on exit."""
+def claim(cfg) -> Iterator[RunDir]:
+    """Check, lock and prepare cfg.run_dir (see the module docstring); yields its RunDir, unlocks on exit."""
     run_dir = cfg.run_dir
     check_path(cfg.out_dir, run_dir)
     _refuse_foreign(run_dir)
@@ -295,6 +392,6 @@ def claim(cfg) -> Iterator[Path]:
                 file=sys.stderr,
                 flush=True,
             )
-        yield run_dir
+        yield RunDir(run_dir)
     finally:
         os.close(fd)  # closing the descriptor releases the lock

@@ -225,6 +225,11 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return configio.to_dict(self)
 
+    def flat(self) -> dict[str, Any]:
+        """Every key dotted (`replay.tau_max`) with a plain value (lists, not tuples): the form of config.yaml read
+        back, of `--set` and of `FIELDS`, so two configs compare key by key."""
+        return configio.flatten(configio.plain(self.to_dict()))
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(configio.plain(self.to_dict()), sort_keys=False)
 

@@ -19,9 +19,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import trl_settings
-from .lifecycle import HeldOut, resolve_device, summary, write_summary
+from .lifecycle import HeldOut, resolve_device, summary
 from .rewards import RewardScorer, SafeRewardTask
-from .rundir import claim
+from .rundir import RunDir, claim
 from .train_config import TrainConfig
 
 
@@ -49,11 +49,8 @@ def _finished(run_dir, cfg: TrainConfig) -> Optional[dict[str, Any]]:
     """The summary of a run that has done its `cfg.steps` steps (claim refused fewer), else None."""
     import sys
 
-    try:
-        summary_ = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary_, dict) or summary_.get("steps") != cfg.steps:
+    summary_ = RunDir(run_dir).read_summary()
+    if summary_ is None or summary_.get("steps") != cfg.steps:
         return None
     print(f"grpo-replay: {run_dir} has already done its {cfg.steps} steps; nothing to train. To continue it, raise "
           f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
@@ -68,19 +65,18 @@ def last_checkpoint(run_dir) -> Optional[str]:
 
 
 def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
-    """evals.jsonl (the built-in trainer's form, so compare, plot and the report read a TRL run like a built-in
-    one): the start row for a new run; a resumed run keeps its rows up to the checkpoint's step. metrics.jsonl
-    likewise (`trl_metrics.start`)."""
-    from . import trl_metrics
-
-    step = int(resume.rsplit("-", 1)[-1]) if resume is not None else None
-    trl_metrics.start(run_dir, step)
-    path = Path(run_dir) / "evals.jsonl"
-    if resume is None or not path.exists():
-        path.write_text(json.dumps({"step": 0, "generated": 0, **start}) + "\n")
-        return
-    rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= step]
-    path.write_text("".join(r + "\n" for r in rows))
+    """metrics.jsonl and evals.jsonl (the built-in trainer's form, so compare, plot and the report read a TRL run
+    like a built-in one): a new run starts them empty but for the start evaluation's row; a resumed one keeps the
+    rows up to the checkpoint's step (the later ones are redone), as the built-in trainer does."""
+    run = RunDir(run_dir)
+    if resume is None:
+        run.metrics.write_text("")
+        run.evals.write_text("")
+    else:
+        run.keep_logs_to(int(resume.rsplit("-", 1)[-1]))
+        run.metrics.touch()
+    if not run.read_evals():
+        run.log_eval({"step": 0, "generated": 0, **start})
 
 
 def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, resume, setup: dict,
@@ -89,7 +85,7 @@ def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, re
     summary.json."""
     end = held_out(model)
     trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
-    return write_summary(run_dir, summary(
+    return RunDir(run_dir).write_summary(summary(
         cfg, backend="trl", generated=cfg.steps * cfg.prompts_per_step * cfg.group_size, start=start, end=end,
         setup=setup, replay_rows_total=sum(h.get("replay_rows", 0) for h in replay_history), **extra,
         resumed_from=resume))

@@ -7,7 +7,6 @@ Each key either reaches TRL (`trl_kwargs`: the `ReplayGRPOConfig` fields), is us
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -223,6 +222,6 @@ def raise_if_stopped(cfg: TrainConfig, trainer) -> None:
 
 
 def append_eval(run_dir: Path, step: int, cfg: TrainConfig, row: dict[str, Any]) -> None:
-    generated = step * cfg.prompts_per_step * cfg.group_size
-    with open(Path(run_dir) / "evals.jsonl", "a") as f:
-        f.write(json.dumps({"step": step, "generated": generated, **row}) + "\n")
+    from .rundir import RunDir
+
+    RunDir(run_dir).log_eval({"step": step, "generated": step * cfg.prompts_per_step * cfg.group_size, **row})

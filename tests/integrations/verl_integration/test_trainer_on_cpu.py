@@ -115,7 +115,7 @@ def test_update_actor_composes_and_keeps_optimizer_steps(tmp_path, dp_size):
         assert sent["mini_batch_size"] % dp_size == 0  # verl's train_mini_batch asserts this
         assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4  # restored after the call
         m = out.meta_info["metrics"]
-        assert "perf/mfu/actor" in m and m["replay/replay_rows"] == plan.n_replay
+        assert "perf/mfu/actor" in m and m["replay/count"] == plan.n_replay
         assert m["replay/age_max"] <= 2 if plan.n_replay else "replay/age_max" not in m
         if step > 1:
             assert plan.n_replay > 0
@@ -172,7 +172,7 @@ def test_checkpoint_saves_and_restores_buffer(tmp_path):
     tb = r._update_actor(make_batch(5))
     sa, sb = t.actor_rollout_wg.updates[-1]["old_log_probs"], r.actor_rollout_wg.updates[-1]["old_log_probs"]
     assert all(torch.equal(x, y) for x, y in zip(sa.unbind(), sb.unbind(), strict=True))
-    assert ta.meta_info["metrics"]["replay/replay_rows"] == tb.meta_info["metrics"]["replay/replay_rows"]
+    assert ta.meta_info["metrics"]["replay/count"] == tb.meta_info["metrics"]["replay/count"]
 
 
 def test_resume_path_and_disabled_resume(tmp_path):

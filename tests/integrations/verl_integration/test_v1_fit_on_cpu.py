@@ -55,7 +55,7 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
             assert len(set(up["keys"])) == len(up["keys"])
             assert up["mini_batch_size"] * k_steps == len(up["keys"])  # K optimizer steps, as without replay
             if len(us) == 1:
-                assert m["replay/replay_rows"] == len(replay) and m["replay/share"] == len(replay) / len(up["keys"])
+                assert m["replay/count"] == len(replay) and m["replay/share"] == len(replay) / len(up["keys"])
             if step >= 2:  # warm: round(0.5 * fresh) replay rows, a multiple of the unit already
                 assert len(replay) == n_warm, (step, len(replay), m.get("buffer/size"))
             for k, tag in replay:
@@ -69,7 +69,7 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
         assert "training/off_policy/trajectory_staleness/mean" in m
         assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for up in us for tg in up["tags"])
         if step >= 2:
-            assert m["replay/age_versions/max"] >= 1
+            assert m["replay/age_versions_max"] >= 1
     assert seen_replay >= 5 * n_warm * len(steps[6])
     # which log-probs a stored row keeps: the old_log_probs verl computed when the row was fresh, i.e. under the
     # version that consumed it (global step - 1). They equal the rollout's own log-probs exactly when that is the

@@ -38,7 +38,7 @@ def test_v1_replay_acts_on_batches_verl_pads(tq_cluster, tmp_path, mode, agent):
     padded_steps = n_replay = 0
     for step, us in steps.items():
         m = t.step_metrics[step]
-        assert "replay/replay_rows" in m  # replay is on at every step, padded or not
+        assert "replay/count" in m  # replay is on at every step, padded or not
         for up in us:
             real = [k for k, tag in zip(up["keys"], up["tags"]) if not is_store_key(k) and not tag.get("is_padding")]
             pads = [k for k, tag in zip(up["keys"], up["tags"]) if tag.get("is_padding")]

@@ -29,6 +29,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from ...buffer import ReplayBuffer
+from ... import metric_names as mn
 from ...config import ReplayConfig, refuse_options
 from ...errors import ConfigError
 from .async_composer import AsyncComposer, chunk_size
@@ -149,25 +150,25 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         metrics = self._metrics["train"]
         if self.replay_composer is None:
             if self.accelerator.is_main_process:
-                metrics["replay/share"].append(0.0)
+                metrics[mn.REPLAY_SHARE].append(0.0)
             return
         samples, self._replay_step = self._replay_step, []
         replay = [s for s in samples if s[IS_REPLAY]]
         fresh = [s for s in samples if not s[IS_REPLAY]]
         ages = [s[AGE] for s in replay]
         composer = self.replay_composer
-        metrics["replay/share"].append(len(replay) / max(len(samples), 1))
-        metrics["replay/rows"].append(float(len(replay)))
+        metrics[mn.REPLAY_SHARE].append(len(replay) / max(len(samples), 1))
+        metrics[mn.REPLAY_COUNT].append(float(len(replay)))
         metrics["replay/frac_zero_variance"].append(sum(map(zero_variance, fresh)) / max(len(fresh), 1))
-        metrics["replay/inserted"].append(float(composer.take_inserted()))
-        metrics["replay/buffer_size"].append(float(len(composer.buffer)))
+        metrics[mn.REPLAY_INSERTED].append(float(composer.take_inserted()))
+        metrics[mn.BUFFER_SIZE].append(float(len(composer.buffer)))
         metrics["replay/age_bound"].append(float(self.replay_age_bound))
         if fresh:
-            metrics["fresh/abs_adv"].append(sum(abs(float(s["advantage"])) for s in fresh) / len(fresh))
+            metrics[mn.FRESH_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in fresh) / len(fresh))
         if replay:
-            metrics["replay/age_mean"].append(sum(ages) / len(ages))
-            metrics["replay/age_max"].append(float(max(ages)))
-            metrics["replay/abs_adv"].append(sum(abs(float(s["advantage"])) for s in replay) / len(replay))
+            metrics[mn.REPLAY_AGE_MEAN].append(sum(ages) / len(ages))
+            metrics[mn.REPLAY_AGE_MAX].append(float(max(ages)))
+            metrics[mn.REPLAY_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in replay) / len(replay))
         record = {"step": int(self.state.global_step), "version": int(self.model_version), "rows": len(samples),
                   "fresh_rows": len(fresh), "replay_rows": len(replay), "replay_ages": ages,
                   "replay_versions": [s["model_version"] for s in replay], "buffer_size": len(composer.buffer)}
@@ -179,9 +180,9 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         if self.replay_composer is not None and "loss" in logs:  # a training row, not the end-of-run summary
             # Cumulative counters, as ReplayGRPOTrainer logs them (TRL sums a "total" key over the window).
             buf = self.replay_composer.buffer
-            self._metrics["train"]["replay/evicted_age_total"] = [float(buf.total_evicted_age)]
+            self._metrics["train"][mn.BUFFER_EVICTED_AGE] = [float(buf.total_evicted_age)]
             if self.replay_config.max_uses is not None:
-                self._metrics["train"]["replay/evicted_uses_total"] = [float(buf.total_evicted_uses)]
+                self._metrics["train"][mn.BUFFER_EVICTED_USES] = [float(buf.total_evicted_uses)]
         super().log(logs, start_time)
 
 

@@ -49,6 +49,7 @@ from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
+from ... import metric_names as mn
 from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded
 from .records import LossCapture, QueuedGeneration
@@ -109,7 +110,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if not self.model.training:
             return output
         if not self.replay_config.enabled:
-            self._metrics["train"]["replay/share"].append(0.0)
+            self._metrics["train"][mn.REPLAY_SHARE].append(0.0)
             return output
         return self._replay_compose(output, rewards_per_func)
 
@@ -288,8 +289,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if log:
             tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
             metrics = self._metrics["train"]
-            metrics["replay/inserted"].append(tot["inserted"])
-            metrics["replay/buffer_size"].append(tot["buffer_size"])
+            metrics[mn.REPLAY_INSERTED].append(tot["inserted"])
+            metrics[mn.BUFFER_SIZE].append(tot["buffer_size"])
 
     def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
@@ -439,18 +440,18 @@ class ReplayGRPOTrainer(GRPOTrainer):
         tot = {k: float(v.sum()) for k, v in per_process.items()}
         rows, replay_rows, fresh_rows = tot["rows"], tot["replay_rows"], tot["rows"] - tot["replay_rows"]
         metrics = self._metrics["train"]
-        metrics["replay/share"].append(replay_rows / max(rows, 1.0))
-        metrics["replay/rows"].append(replay_rows)
+        metrics[mn.REPLAY_SHARE].append(replay_rows / max(rows, 1.0))
+        metrics[mn.REPLAY_COUNT].append(replay_rows)
         metrics["replay/frac_zero_variance"].append(tot["zero_variance_rows"] / max(tot["fresh_rows_generated"], 1.0))
-        metrics["replay/evicted_age_total"].append(tot["evicted_age_total"])
+        metrics[mn.BUFFER_EVICTED_AGE].append(tot["evicted_age_total"])
         if self.replay_config.max_uses is not None:
-            metrics["replay/evicted_uses_total"].append(tot["evicted_uses_total"])
+            metrics[mn.BUFFER_EVICTED_USES].append(tot["evicted_uses_total"])
         if fresh_rows > 0:
-            metrics["fresh/abs_adv"].append(tot["fresh_abs_adv_sum"] / fresh_rows)
+            metrics[mn.FRESH_ABS_ADV].append(tot["fresh_abs_adv_sum"] / fresh_rows)
         if replay_rows > 0:
-            metrics["replay/age_mean"].append(tot["age_sum"] / replay_rows)
-            metrics["replay/age_max"].append(float(per_process["age_max"].max()))
-            metrics["replay/abs_adv"].append(tot["replay_abs_adv_sum"] / replay_rows)
+            metrics[mn.REPLAY_AGE_MEAN].append(tot["age_sum"] / replay_rows)
+            metrics[mn.REPLAY_AGE_MAX].append(float(per_process["age_max"].max()))
+            metrics[mn.REPLAY_ABS_ADV].append(tot["replay_abs_adv_sum"] / replay_rows)
         record = {
             "step": step,
             "fresh_rows": len(composed) - n_rep,

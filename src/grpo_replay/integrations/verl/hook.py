@@ -40,6 +40,7 @@ from ...advantage import group_advantages, nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
+from ... import metric_names as mn
 from ...rollout import RolloutBatch
 from ...validation import bad as bad_field
 from ._compat import DataProto
@@ -399,18 +400,18 @@ class ReplayHook:
         k_steps = K if self.settings.keep_optimizer_steps else total // mb
         mbr = total // k_steps if self.settings.keep_optimizer_steps else mb
         metrics = {
-            "replay/fresh_rows": float(len(fresh_idx)),
+            mn.FRESH_COUNT: float(len(fresh_idx)),
             "replay/zero_variance_rows": float((~nonzero).sum()),
-            "replay/replay_rows": float(n_replay),
-            "replay/share": n_replay / total if total else 0.0,
+            mn.REPLAY_COUNT: float(n_replay),
+            mn.REPLAY_SHARE: n_replay / total if total else 0.0,
             "replay/dropped_too_wide": float(n_dropped_wide),
             "replay/mini_batch_rows": float(mbr),
             "replay/replay_tokens": float(n_replay_tokens),
         }
         if n_replay:  # no replayed rows: no age or |A| to report (a 0 would be averaged in as if it were one)
             ages = (step - replay_rows.birth_step[:n_replay]).float()
-            metrics.update({"replay/age_mean": float(ages.mean()), "replay/age_max": float(ages.max()),
-                            "replay/abs_adv_replay": float(replay_rows.advantages[:n_replay].abs().mean())})
+            metrics.update({mn.REPLAY_AGE_MEAN: float(ages.mean()), mn.REPLAY_AGE_MAX: float(ages.max()),
+                            mn.REPLAY_ABS_ADV: float(replay_rows.advantages[:n_replay].abs().mean())})
         metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
         return ReplayPlan(
             step=step,

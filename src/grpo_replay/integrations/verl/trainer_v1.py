@@ -33,6 +33,7 @@ import shutil
 import numpy as np
 import torch
 
+from ... import metric_names as mn
 from .trainer import BUFFER_NAME, _override, resume_folder, stale_buffer_folders, step_folder
 from .hook import ReplayHook
 from .v1_checks import check_config, replay_settings
@@ -175,20 +176,20 @@ class ReplayV1Mixin:
 
     def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict:
         out = {
-            "replay/fresh_rows": float(n_fresh),
+            mn.FRESH_COUNT: float(n_fresh),
             "replay/padding_rows": float(n_pad),
             "replay/zero_variance_rows": float((~plan.nonzero).sum()),
-            "replay/replay_rows": float(n_rep),
-            "replay/share": n_rep / total if total else 0.0,
+            mn.REPLAY_COUNT: float(n_rep),
+            mn.REPLAY_SHARE: n_rep / total if total else 0.0,
             "replay/mini_batch_rows": float(mb_rows),
             "replay/replay_tokens": float(replay_tokens),
-            "replay/inserted": float(n_ins),
+            mn.REPLAY_INSERTED: float(n_ins),
         }
         if n_rep:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
             ages = step - plan.replay_birth[:n_rep]
-            out.update({"replay/age_versions/mean": float(ages.mean()), "replay/age_versions/max": float(ages.max()),
-                        "replay/age_versions/min": float(ages.min()),
-                        "replay/abs_adv_replay": float(np.abs(plan.replay_adv[:n_rep]).mean())})
+            out.update({mn.REPLAY_AGE_VERSIONS_MEAN: float(ages.mean()), mn.REPLAY_AGE_VERSIONS_MAX: float(ages.max()),
+                        mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
+                        mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
         out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
         self.replay_metrics = out
         return out

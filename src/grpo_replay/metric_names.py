@@ -1,0 +1,56 @@
+"""The replay metrics' names, one set for every trainer (built-in, TRL, verl): docs/metrics.md is their table.
+
+A name carries its unit where two backends count in different units: ages are in steps (optimizer steps of the
+trainer) except verl v1's, which are in policy versions (`REPLAY_AGE_VERSIONS_*`). Counts are rows of the update
+batch; `BUFFER_EVICTED_*` are totals since the run began.
+
+Runs recorded before the names were one set used a backend's own spelling; `canonical` renames an old row's keys
+on read (`LEGACY`), so plots, compare and the reports read any run by these names.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+REPLAY_SHARE = "replay/share"  # replayed rows / update rows
+FRESH_COUNT = "fresh/count"  # fresh rows in the update
+REPLAY_COUNT = "replay/count"  # replayed rows in the update
+FRESH_ABS_ADV = "fresh/abs_adv"  # mean |A| of the update's fresh rows
+REPLAY_ABS_ADV = "replay/abs_adv"  # mean |A| of the update's replayed rows
+REPLAY_AGE_MEAN = "replay/age_mean"  # steps since a replayed row was generated, mean over the replayed rows
+REPLAY_AGE_MAX = "replay/age_max"
+REPLAY_AGE_HIST = "replay/age_hist"
+REPLAY_AGE_VERSIONS_MEAN = "replay/age_versions_mean"  # the same age in policy versions (verl v1)
+REPLAY_AGE_VERSIONS_MAX = "replay/age_versions_max"
+REPLAY_AGE_VERSIONS_MIN = "replay/age_versions_min"
+REPLAY_INSERTED = "replay/inserted"  # rows inserted into the buffer this step
+BUFFER_SIZE = "buffer/size"  # rows held after the step
+BUFFER_EVICTED_AGE = "buffer/evicted_age"  # rows evicted for age (tau_max), total
+BUFFER_EVICTED_CAPACITY = "buffer/evicted_capacity"
+BUFFER_EVICTED_USES = "buffer/evicted_uses"
+BUFFER_EVICTED_DRIFT = "buffer/evicted_drift"
+
+# old name -> name: what TRL and verl logged before the names were one set (recorded runs keep the old keys).
+LEGACY = {
+    "replay/rows": REPLAY_COUNT,  # TRL
+    "replay/replay_rows": REPLAY_COUNT,  # verl
+    "replay/fresh_rows": FRESH_COUNT,  # verl
+    "replay/abs_adv_replay": REPLAY_ABS_ADV,  # verl
+    "replay/buffer_size": BUFFER_SIZE,  # TRL
+    "replay/evicted_age_total": BUFFER_EVICTED_AGE,  # TRL
+    "replay/evicted_uses_total": BUFFER_EVICTED_USES,  # TRL
+    "replay/age_versions/mean": REPLAY_AGE_VERSIONS_MEAN,  # verl v1
+    "replay/age_versions/max": REPLAY_AGE_VERSIONS_MAX,
+    "replay/age_versions/min": REPLAY_AGE_VERSIONS_MIN,
+}
+
+
+def canonical(row: Mapping[str, Any]) -> dict[str, Any]:
+    """`row` with every LEGACY key renamed, in its order; a key already under its new name wins over its old one."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        new = LEGACY.get(k)
+        if new is None:
+            out[k] = v
+        elif new not in row:
+            out[new] = v
+    return out
