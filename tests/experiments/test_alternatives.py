@@ -68,6 +68,9 @@ def test_section_and_markdown_from_run_directories(tmp_path):
     assert sec["totals"]["fill"]["row_passes"]["mean"] == 40.0 and sec["totals"]["fill"]["train_s"]["mean"] == 5.0
     text = "\n".join(alt.markdown(["grpo", "fill"], {"grpo": "GRPO"}, sec, "axes.png"))
     assert "**GRPO**" in text and "| fill | 40.0 | 500 | 40 | 5.0 | 0.33x | 0.33x |" in text
+    # one seed: a paired difference without an interval, so no part of the preset rule can hold
+    assert "| fill - GRPO | +20.0 @ 500 | +20.0 @ 40 | +20.0 @ 5 | +20.0 |" in text
+    assert sec["preset_rule"]["rule1"] is False and "Not all three hold" in text
 
 
 def test_the_report_names_dapo_among_the_arms_that_generate_more_per_step_only_when_it_ran():
@@ -76,3 +79,34 @@ def test_the_report_names_dapo_among_the_arms_that_generate_more_per_step_only_w
     assert _more_rollouts({"arms": {"grpo": {"overrides": {"preset": "grpo"}}}}) == "compute-matched GRPO"
     with_dapo = {"arms": {"dapo": {"overrides": {"preset": "grpo", "dynamic_sampling": True}}}}
     assert _more_rollouts(with_dapo) == "compute-matched GRPO, DAPO's dynamic sampling"
+
+
+def test_paired_differences_are_taken_at_the_largest_budget_both_arms_reach_on_every_seed():
+    # grpo ends at 1000 rollouts; dapo generates 4x per step and ends at 4000: they are compared at 1000
+    grpo = {0: _run([0.1, 0.2, 0.3], seed=0), 1: _run([0.1, 0.2, 0.4], seed=1)}
+    dapo = {0: _run([0.1, 0.5, 0.6], seed=0, rollouts_per_step=400), 1: _run([0.1, 0.3, 0.5], seed=1, rollouts_per_step=400)}
+    assert alt.equal_budget(dapo, grpo, "generated") == 1000
+    p = alt.paired_at(dapo, grpo, "generated")
+    # dapo at 1000 rollouts: halfway to its first evaluation (2000): seed 0 0.3, seed 1 0.2
+    assert p["x"] == 1000 and p["n"] == 2 and p["mean"] == pytest.approx(((0.3 - 0.3) + (0.2 - 0.4)) / 2)
+    assert alt.paired_at(dapo, grpo, "generated", x=5000)["mean"] is None  # beyond dapo's end: no value
+
+
+def test_the_preset_rule_needs_all_three_parts(tmp_path):
+    def runs(fill_accs, fill_step_s):
+        return {"grpo": {s: _run([0.1, 0.2 + 0.01 * s, 0.3 + 0.01 * s], seed=s) for s in range(3)},
+                "fill": {s: _run([0.1, *fill_accs[s]], seed=s, step_s=fill_step_s) for s in range(3)}}
+
+    def rule(r):
+        sec = {"best_alternative": alt.best_alternative(r), "paired": alt.paired(r)}
+        sec["reach"] = {a: alt.reach(rs, r[sec["best_alternative"]]) for a, rs in r.items()}
+        return alt.preset_rule(sec)
+
+    fast = [[0.5, 0.55], [0.45, 0.6], [0.5, 0.5]]
+    good = rule(runs(fast, 2.0))
+    assert good["best"] == "grpo" and good["rule1"] and good["rule2"] and good["rule3"] and good["holds"]
+    slow = rule(runs(fast, 8.0))  # same accuracy, each step 5x the time: it loses on training time
+    assert slow["rule1"] and slow["rule2"] and not slow["rule3"] and not slow["holds"]
+    weak = rule(runs([[0.2, 0.3], [0.2, 0.31], [0.2, 0.28]], 2.0))  # never ahead at equal rollouts
+    assert not weak["rule1"] and not weak["holds"]
+    assert alt.preset_rule({"best_alternative": None}) is None

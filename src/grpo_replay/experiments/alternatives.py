@@ -19,12 +19,14 @@ import numpy as np
 
 from ..app import jsonl
 from .markdown import table
-from .stats import budget_to_reach, ci, interp
+from .stats import budget_to_reach, ci, interp, paired_ci
 
 ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3")
 """The arms without replay: what a user would pick instead (experiments/arms.py)."""
 AXES = (("generated", "generated rollouts"), ("row_passes", "update row-passes"), ("train_s", "training time (s)"))
 KEY = "acc_sampled"
+PRESET_CANDIDATE = "fill"
+"""The arm whose results decide the `paper_fill` preset (PLAN.md, section G, decision rule)."""
 
 
 @dataclass
@@ -114,13 +116,67 @@ def section(run_dirs: dict[str, dict[int, Path]]) -> dict:
     """Everything the alternatives section shows, from the finished runs' directories (arm -> seed -> dir)."""
     runs = {a: {s: load(d, s) for s, d in dirs.items()} for a, dirs in run_dirs.items()}
     best = best_alternative(runs)
-    return {
+    sec = {
         "best_alternative": best,
         "final": {a: ci([r.ys[-1] for r in rs.values()]) for a, rs in runs.items()},
         "reach": {a: reach(rs, runs[best]) for a, rs in runs.items()} if best else {},
         "totals": {a: {ax: ci([r.xs[ax][-1] for r in rs.values()]) for ax, _ in AXES} for a, rs in runs.items()},
         "curves": {a: {ax: curve(rs, ax) for ax, _ in AXES} for a, rs in runs.items()},
+        "paired": paired(runs),
     }
+    sec["preset_rule"] = preset_rule(sec)
+    return sec
+
+
+def equal_budget(a: dict[int, AxisRun], b: dict[int, AxisRun], axis: str) -> Optional[float]:
+    """The largest budget on `axis` that both arms' curves reach on every shared seed (None without shared seeds)."""
+    seeds = sorted(set(a) & set(b))
+    return min(min(a[s].xs[axis][-1], b[s].xs[axis][-1]) for s in seeds) if seeds else None
+
+
+def paired_at(a: dict[int, AxisRun], b: dict[int, AxisRun], axis: str, x: Optional[float] = None) -> dict:
+    """Per-seed accuracy of `a` minus `b` at `x` on `axis` (both curves linear between evaluations; `x` defaults to
+    `equal_budget`), with its paired 95 % t-interval and MDE; "x" says where it was taken."""
+    x = equal_budget(a, b, axis) if x is None else x
+    seeds = sorted(set(a) & set(b))
+    diffs = [None if x is None else _minus(interp(a[s].xs[axis], a[s].ys, x), interp(b[s].xs[axis], b[s].ys, x))
+             for s in seeds]
+    return {**paired_ci(diffs), "x": x}
+
+
+def _minus(u: Optional[float], v: Optional[float]) -> Optional[float]:
+    return None if u is None or v is None else u - v
+
+
+def paired(runs: dict[str, dict[int, AxisRun]]) -> dict:
+    """Every arm with replay minus every alternative: at equal budget on each axis, and at their own ends ("final")."""
+    alts = [a for a in runs if a in ALTERNATIVES]
+    out = {}
+    for arm in (a for a in runs if a not in ALTERNATIVES):
+        for alt in alts:
+            a, b = runs[arm], runs[alt]
+            out[f"{arm}-{alt}"] = {"arm": arm, "alternative": alt,
+                                   **{ax: paired_at(a, b, ax) for ax, _ in AXES},
+                                   "final": paired_ci([a[s].ys[-1] - b[s].ys[-1] for s in sorted(set(a) & set(b))])}
+    return out
+
+
+def preset_rule(sec: dict, arm: str = PRESET_CANDIDATE) -> Optional[dict]:
+    """The pre-registered decision rule for the `paper_fill` preset (PLAN.md, section G) on this comparison's runs:
+    (1) at equal generated rollouts the arm beats every alternative (paired CI above 0); (2) it reaches the best
+    alternative's final accuracy on every seed with fewer rollouts (R / R_best CI upper bound below 1); (3) it does
+    not lose on training time (W / W_best mean at most 1.0, CI upper bound at most 1.10). None when the arm or the
+    best alternative did not run."""
+    best = sec.get("best_alternative")
+    if not best or arm not in sec.get("reach", {}):
+        return None
+    vs = {p["alternative"]: p["generated"] for p in sec["paired"].values() if p["arm"] == arm}
+    r, w = sec["reach"][arm]["R_ratio"], sec["reach"][arm]["W_ratio"]
+    rule1 = bool(vs) and all(c["lo"] is not None and c["lo"] > 0 for c in vs.values())
+    rule2 = not r["not_reached"] and r["ci"]["hi"] is not None and r["ci"]["hi"] < 1.0
+    rule3 = w["ci"]["mean"] is not None and w["ci"]["mean"] <= 1.0 and w["ci"]["hi"] is not None and w["ci"]["hi"] <= 1.10
+    return {"arm": arm, "best": best, "rule1": rule1, "rule2": rule2, "rule3": rule3,
+            "holds": rule1 and rule2 and rule3}
 
 
 def _ci_text(c: dict, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
@@ -157,4 +213,37 @@ def markdown(names: list[str], labels: dict[str, str], sec: dict, png: Optional[
              table(header, rows), ""]
     if png:
         lines += [f"![accuracy vs generated rollouts, update row-passes and training time]({png})", ""]
-    return lines
+    return lines + _paired_lines(labels, sec) + _rule_lines(labels, sec.get("preset_rule"))
+
+
+def _paired_text(c: dict, budget: bool = True) -> str:
+    if c.get("mean") is None:
+        return "–"
+    star = "*" if c["lo"] is not None and (c["lo"] > 0 or c["hi"] < 0) else ""
+    text = f"{100 * c['mean']:+.1f}" + (f" [{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}]{star}" if c["lo"] is not None else "")
+    if c.get("mde") is not None:
+        text += f" (MDE {100 * c['mde']:.1f})"
+    return text + (f" @ {c['x']:,.0f}" if budget and c.get("x") is not None else "")
+
+
+def _paired_lines(labels: dict[str, str], sec: dict) -> list[str]:
+    if not sec.get("paired"):
+        return []
+    header = ["arm - alternative", *(f"Δ sampled (pp) at equal {name}" for _, name in AXES), "Δ final sampled (pp)"]
+    rows = [[f"{labels.get(p['arm'], p['arm'])} - {labels.get(p['alternative'], p['alternative'])}",
+             *(_paired_text(p[ax]) for ax, _ in AXES), _paired_text(p["final"], budget=False)]
+            for p in sec["paired"].values()]
+    return ["Each arm with replay minus each alternative, paired by seed, 95 % CI (* when it excludes 0) and MDE: "
+            "at equal budget on each axis (the largest both arms reach on every seed, after @; curves linear between "
+            "evaluations), and at each arm's own end.", "", table(header, rows), ""]
+
+
+def _rule_lines(labels: dict[str, str], rule: Optional[dict]) -> list[str]:
+    if not rule:
+        return []
+    said = {True: "holds", False: "does not hold"}
+    return [f"Decision rule for a `paper_fill` preset ({labels.get(rule['arm'], rule['arm'])}, PLAN.md section G): "
+            f"(1) beats every alternative at equal generated rollouts: {said[rule['rule1']]}; (2) reaches "
+            f"{labels.get(rule['best'], rule['best'])}'s final accuracy on every seed with fewer rollouts: "
+            f"{said[rule['rule2']]}; (3) does not lose on training time: {said[rule['rule3']]}. "
+            + ("All three hold" if rule["holds"] else "Not all three hold") + " on these runs.", ""]
