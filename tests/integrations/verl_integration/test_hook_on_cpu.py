@@ -335,7 +335,7 @@ def test_issue_example_dp8_n8_micro4_is_divisible():
 
 
 def test_split_uid_runs():
-    from grpo_replay.integrations.verl.hook import adjacent_uid_order, split_uid_runs
+    from grpo_replay.integrations.verl.legacy.uids import adjacent_uid_order, split_uid_runs
 
     u = np.array(["a", "a", "a", "b", "b", "r1", "r1", "r1"], dtype=object)
     out = split_uid_runs(u, 4, n_first=5)

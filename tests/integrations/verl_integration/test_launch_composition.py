@@ -51,7 +51,7 @@ def test_every_launch_composes_and_picks_its_runner(launches):
     from verl.utils.config import validate_config
 
     from grpo_replay.integrations.verl.main import check_config
-    from grpo_replay.integrations.verl.runner import ReplayTaskRunner
+    from grpo_replay.integrations.verl.legacy.runner import ReplayTaskRunner
     from grpo_replay.integrations.verl.runner_v1 import ReplayTaskRunnerV1
 
     seen = set()

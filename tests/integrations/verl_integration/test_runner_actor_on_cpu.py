@@ -29,7 +29,7 @@ def local_ray():
 
 @pytest.mark.timeout(720)
 def test_runner_starts_as_ray_actor_and_binds_the_replay_trainer(local_ray, tmp_path):
-    from grpo_replay.integrations.verl.runner import ReplayTaskRunner
+    from grpo_replay.integrations.verl.legacy.runner import ReplayTaskRunner
 
     cfg = verl_config(
         tmp_path,
@@ -48,7 +48,7 @@ def test_runner_starts_as_ray_actor_and_binds_the_replay_trainer(local_ray, tmp_
     def probe(runner_self):  # a local function: pickled by value, runs inside the actor
         import verl.trainer.main_ppo_v0 as v0
 
-        from grpo_replay.integrations.verl.runner import verl_task_runner_class
+        from grpo_replay.integrations.verl.legacy.runner import verl_task_runner_class
 
         def name(cls):
             return f"{cls.__module__}.{cls.__qualname__}"
@@ -58,7 +58,7 @@ def test_runner_starts_as_ray_actor_and_binds_the_replay_trainer(local_ray, tmp_
 
     seen = ray.get(runner.__ray_call__.remote(probe), timeout=60)
     assert seen["pid"] != os.getpid()  # inside the actor process
-    replay = "grpo_replay.integrations.verl.trainer.ReplayRayPPOTrainer"
+    replay = "grpo_replay.integrations.verl.legacy.trainer.ReplayRayPPOTrainer"
     assert seen["bound"] == replay
     assert seen["run_reads"] == replay  # the global verl's TaskRunner.run constructs
     ray.kill(runner)

@@ -8,6 +8,7 @@ only the remote calls (`update_actor`, `save_checkpoint`, `load_checkpoint`) are
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -21,8 +22,9 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl_batches import make_batch  # noqa: E402
 
 from grpo_replay.config import PRESETS, ReplayConfig  # noqa: E402
-from grpo_replay.integrations.verl.hook import CONFIG_FIELDS, SETTINGS_FIELDS, split_config  # noqa: E402
-from grpo_replay.integrations.verl.trainer import BUFFER_NAME, ReplayRayPPOTrainer, make_hook  # noqa: E402
+from grpo_replay.integrations.verl.settings import CONFIG_FIELDS, SETTINGS_FIELDS, split_config  # noqa: E402
+from grpo_replay.integrations.verl.checkpoints import BUFFER_NAME  # noqa: E402
+from grpo_replay.integrations.verl.legacy.trainer import ReplayRayPPOTrainer, make_hook  # noqa: E402
 
 N_PROMPTS, ROLLOUT_N = 8, 4
 
@@ -210,10 +212,34 @@ def test_missing_buffer_is_an_error_unless_empty_resume_is_allowed(tmp_path):
     assert r.global_steps == 1 and len(r.replay_hook.buffer) == 0
 
 
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true",
+         "actor_rollout_ref.rollout.enable_rollout_routing_replay=true: replay on the legacy trainer cannot rebuild"),
+        ("+actor_rollout_ref.actor.megatron.router_replay.mode=R2",
+         "actor_rollout_ref.actor.megatron.router_replay.mode='R2': replay on the legacy trainer cannot rebuild"),
+        ("distillation.enabled=true", "distillation.enabled=true: replay on the legacy trainer cannot rebuild"),
+    ],
+)
+def test_entry_point_refuses_router_replay_and_distillation_on_the_legacy_trainer(tmp_path, override, message):
+    """The entry point's `check_config` (run before Ray starts) and the legacy runner inside its actor refuse
+    what the hook cannot rebuild for a stored rollout; the same config with the setting off is accepted."""
+    from grpo_replay.integrations.verl.legacy.runner import ReplayTaskRunner, ReplayTaskRunnerImpl
+    from grpo_replay.integrations.verl.main import check_config
+
+    assert check_config(verl_config(tmp_path)) is ReplayTaskRunner
+    cfg = verl_config(tmp_path, override)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_config(cfg)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ReplayTaskRunnerImpl().run(cfg)
+
+
 def test_task_runner_builds_the_replay_trainer(monkeypatch):
     import verl.trainer.main_ppo_v0 as v0
 
-    from grpo_replay.integrations.verl.runner import ReplayTaskRunner, ReplayTaskRunnerImpl, verl_task_runner_class
+    from grpo_replay.integrations.verl.legacy.runner import ReplayTaskRunner, ReplayTaskRunnerImpl, verl_task_runner_class
 
     seen = {}
     plain = verl_task_runner_class()

@@ -13,7 +13,7 @@ import sys
 
 import hydra
 
-from .hook import split_config
+from .settings import split_config
 
 
 def check_config(config) -> type:
@@ -30,8 +30,10 @@ def check_config(config) -> type:
         replay_trainer_cls(config.trainer.v1.trainer_mode)
         check_v1(config)
         return ReplayTaskRunnerV1
-    from .runner import ReplayTaskRunner
+    from .legacy.checks import check_config as check_legacy
+    from .legacy.runner import ReplayTaskRunner
 
+    check_legacy(config)
     return ReplayTaskRunner
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from ...config import PRESETS, ReplayConfig
 from ...app.configio import field_docs
-from .hook import VerlReplaySettings
+from .settings import VerlReplaySettings
 
 GROUP_DIR = Path(__file__).parent / "config" / "replay"
 SETTINGS_HEADER = "# --- verl integration settings (not part of the core ReplayConfig) ---"

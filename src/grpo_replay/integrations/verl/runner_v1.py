@@ -3,7 +3,7 @@
 verl's `TaskRunnerV1.run` picks its trainer with `from verl.trainer.ppo.v1 import get_trainer_cls` at call time.
 The runner, inside its own Ray actor process, rebinds that one module attribute to `replay_trainer_cls` and then
 calls verl's unchanged `run`. Not `register_trainer`: verl refuses a second class under "sync", and a new mode name
-is treated as async in several places of v1. As with the legacy runner (runner.py), the plain `run` function is
+is treated as async in several places of v1. As with the legacy runner (legacy/runner.py), the plain `run` function is
 taken from the actor process's own import of `main_ppo` and the class is an importable plain class wrapped with
 `ray.remote` here (a subclass of verl's actor class would be pickled by value).
 """

@@ -24,9 +24,7 @@ fresh rows have age 0 in sync mode and `tau_max` bounds replay rows to ages 1..t
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import os
 import shutil
 
@@ -34,8 +32,9 @@ import numpy as np
 import torch
 
 from ... import metric_names as mn
-from .trainer import BUFFER_NAME, _override, resume_folder, stale_buffer_folders, step_folder
-from .hook import ReplayHook
+from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present, resume_folder, stale_buffer_folders,
+                          step_folder)
+from .sizing import batch_unit, fit_to_unit, micro_batch_rows, mini_batch_scaled
 from .v1_checks import check_config, replay_settings
 from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
 
@@ -86,12 +85,13 @@ class ReplayV1Mixin:
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
-        unit, k_steps = self._replay_unit(len(batch), mb, rollout_n)
+        k_steps, unit = batch_unit(len(batch), mb, self._dp_size(), micro_batch_rows(actor_cfg), rollout_n,
+                                   store.settings.keep_optimizer_steps)
         n = len(fresh)
         spare = np.concatenate([np.setdiff1d(np.flatnonzero(~plan.nonzero), plan.fresh_used),
                                 n + np.arange(len(pad_keys))]).astype(np.int64)
         adv = torch.cat([fresh.advantages.float(), torch.zeros(len(pad_keys))])
-        used, n_rep = ReplayHook._fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), adv, unit, len(batch))
+        used, n_rep = fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), adv, unit, len(batch))
         # in verl's (balanced) order: with nothing replayed or left out the update is verl's own batch
         where = {k: j for j, k in enumerate(batch.keys)}
         position = np.array([where[k] for k in fresh.keys + pad_keys], dtype=np.int64)
@@ -100,7 +100,7 @@ class ReplayV1Mixin:
         replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
         self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
         mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
-        with _override(actor_cfg, "ppo_mini_batch_size", mb_rows // rollout_n):
+        with mini_batch_scaled(actor_cfg, mb_rows // rollout_n):
             changed = n_rep > 0 or len(used) != len(batch)
             if store.settings.rebalance and self.config.trainer.balance_batch and changed:
                 composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
@@ -129,25 +129,6 @@ class ReplayV1Mixin:
             store.add(fresh, rows, ids)
             store.clear_evicted(tq, pid, np.union1d(before, ids))
         return batch
-
-    def _replay_unit(self, n_rows: int, mb: int, rollout_n: int) -> tuple[int, int]:
-        """(unit, K): the composed batch must be a multiple of `unit` rows; K optimizer steps per epoch."""
-        actor_cfg = self.config.actor_rollout_ref.actor
-        dp = self._dp_size()
-        static = not actor_cfg.get("use_dynamic_bsz", False)
-        micro = int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or 1) if static else 1
-        if n_rows % mb:
-            raise ValueError(f"fresh batch of {n_rows} rows is not a multiple of the PPO mini-batch ({mb} rows)")
-        k = n_rows // mb
-        if not self.replay_store.settings.keep_optimizer_steps:
-            return math.lcm(mb, dp * micro), k
-        base = math.lcm(rollout_n, dp * micro)
-        if mb % base:
-            raise ValueError(
-                f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
-                f"({rollout_n}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
-            )
-        return k * base, k
 
     def _dp_size(self) -> int:
         wg = self.actor_rollout_wg
@@ -226,14 +207,7 @@ def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str =
     `replay.allow_empty_resume=true` (then every stored row left in TransferQueue is cleared)."""
     path = os.path.join(folder, BUFFER_NAME)
     need = store.files(path) + ([os.path.join(folder, TQ_DIR)] if mode == "sync" else [])
-    missing = [p for p in need if not os.path.exists(p)]
-    if missing:
-        if not store.settings.allow_empty_resume:
-            raise FileNotFoundError(
-                f"resuming from {folder}: replay buffer file(s) {missing} not found. Resume from a checkpoint saved "
-                "with grpo-replay, or set replay.allow_empty_resume=true to resume with an empty buffer"
-            )
-        logger.warning("no replay buffer at %s: resuming with an empty buffer (replay.allow_empty_resume)", missing)
+    if not resume_files_present(folder, need, store.settings.allow_empty_resume):
         _clear_keys(partition_id, lambda k: is_store_key(k))
         return False
     store.load(path)
@@ -256,9 +230,7 @@ def prune_store(default_local_dir: str, keep) -> None:
     verl prunes (no resume can start there): the buffer files, the sync mode's `replay_transfer_queue/` and, in
     the async modes, verl's own `transfer_queue/`, which holds every stored row next to verl's in-flight state."""
     for folder in stale_buffer_folders(default_local_dir, keep):
-        for suffix in (".json", ".npz", ".store.json"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(folder, BUFFER_NAME + suffix))
+        remove_buffer_files(folder, (".json", ".npz", ".store.json"))
         for name in (TQ_DIR, VERL_TQ_DIR):
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 

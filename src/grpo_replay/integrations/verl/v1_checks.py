@@ -19,8 +19,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from ...config import ReplayConfig
-from .hook import VerlReplaySettings, split_config
-from .trainer import replay_dict
+from .settings import VerlReplaySettings, replay_dict, split_config
 
 logger = logging.getLogger(__name__)
 

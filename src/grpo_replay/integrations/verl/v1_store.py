@@ -12,7 +12,6 @@ groups whose prompt tag is terminal, so a stored row is never handed out as a fr
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -25,7 +24,8 @@ from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
-from .hook import VerlReplaySettings, check_options, row_advantages
+from .rows import prompt_key, row_advantages
+from .settings import VerlReplaySettings, check_options
 
 KEY_PREFIX = "grpo-replay-"
 STORE_TAG = "grpo_replay"
@@ -44,13 +44,6 @@ def store_key(i: int) -> str:
 
 def is_store_key(key: str) -> bool:
     return key.startswith(KEY_PREFIX)
-
-
-def prompt_key(token_ids: torch.Tensor) -> int:
-    """Stable 63-bit identity of a prompt (blake2b of its int64 token ids), as the legacy hook computes it."""
-    raw = np.ascontiguousarray(token_ids.cpu().numpy(), dtype=np.int64).tobytes()
-    h = hashlib.blake2b(raw, digest_size=8).digest()
-    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 @dataclass

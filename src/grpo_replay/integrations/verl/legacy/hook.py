@@ -1,6 +1,6 @@
 """The replay step for verl: fresh `DataProto` (advantages and old log-probs computed) -> composed `DataProto`.
 
-Framework-light: this module needs only `verl.DataProto` (plain `pip install verl`), not Ray or the trainer.
+Framework-light: this module needs only a plain `pip install verl` (`DataProto`), not Ray or the trainer.
 It converts verl's padded batch to the core's `RolloutBatch`, runs the core's `compose_batch` over the one
 `ReplayBuffer`, converts the replay rows back to verl's layout at the run's fixed widths and concatenates them
 with `DataProto.concat`. Algorithm 1 (docs/method.md) at verl global step t:
@@ -26,9 +26,7 @@ reward sits on the last response token), optional `rollout_log_probs`, `ref_log_
 """
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -36,14 +34,16 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ...advantage import group_advantages, nonzero_variance_mask
-from ...buffer import ReplayBuffer
-from ...composition import compose_batch
-from ...config import ReplayConfig, refuse_options
-from ... import metric_names as mn
-from ...rollout import RolloutBatch
-from ...validation import bad as bad_field
-from ._compat import DataProto
+from ....advantage import group_advantages, nonzero_variance_mask
+from ....buffer import ReplayBuffer
+from ....composition import compose_batch
+from ....config import ReplayConfig
+from .... import metric_names as mn
+from ....rollout import RolloutBatch
+from .._compat import DataProto
+from ..rows import prompt_key, row_advantages
+from ..settings import VerlReplaySettings, check_options, split_config
+from ..sizing import batch_unit, fit_to_unit
 from .uids import adjacent_uid_order, split_uid_runs
 
 logger = logging.getLogger(__name__)
@@ -71,23 +71,6 @@ REQUIRED_KEYS = ("prompts", "responses", "response_mask", "attention_mask", "old
 UNSUPPORTED_KEYS = ("routed_experts", "teacher_logprobs", "teacher_ids", "values")
 
 
-@dataclass(frozen=True)
-class VerlReplaySettings:
-    """Integration knobs that the core `ReplayConfig` does not have (the Hydra group holds both)."""
-
-    filter_zero_variance: bool = True
-    """Drop zero-reward-variance groups from the actor update (Algorithm 1 step 3). They are never inserted."""
-    keep_optimizer_steps: bool = True
-    """Scale the PPO mini-batch to total / K rows so the number of optimizer steps per step is unchanged.
-    False: keep verl's mini-batch size; the total is then a multiple of it and replay adds optimizer steps."""
-    seed: int = 0
-    """Seed of the buffer's sampling generator."""
-    rebalance: bool = True
-    """Re-run verl's DP sequence-length balancing over the composed batch (if `trainer.balance_batch`)."""
-    allow_empty_resume: bool = False
-    """Resuming from a checkpoint folder without the buffer files starts with an empty buffer instead of failing."""
-
-
 @dataclass
 class ReplayPlan:
     """What the last hook call did (the trainer reads `mini_batch_rows`; `metrics` go to the logger)."""
@@ -104,12 +87,6 @@ class ReplayPlan:
     n_replay_tokens: int = 0
     """Prompt + response tokens of the replay rows (verl's perf/total_num_tokens counts them too)."""
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def prompt_key(token_ids: np.ndarray) -> int:
-    """Stable 63-bit identity of a prompt: blake2b of its unpadded int64 token ids (same across steps and runs)."""
-    h = hashlib.blake2b(np.ascontiguousarray(token_ids, dtype=np.int64).tobytes(), digest_size=8).digest()
-    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 # The task score first: with algorithm.use_kl_in_reward, token_level_rewards = scores - beta * KL per token, so
@@ -130,27 +107,6 @@ def _group_ids(batch: "DataProto") -> torch.Tensor:
         raise KeyError("the batch has no non-tensor 'uid': GRPO groups are unknown")
     _, inv = np.unique(np.asarray(batch.non_tensor_batch["uid"]).astype(str), return_inverse=True)
     return torch.from_numpy(inv.astype(np.int64).reshape(-1))
-
-
-def row_advantages(advantages: torch.Tensor, response_mask: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
-    """(B,) per-row advantage A_i from verl's token-level (B,R) advantages.
-
-    Outcome estimators (GRPO, RLOO, REINFORCE++-baseline, ...) broadcast one value over the response; a row whose
-    advantages vary over its response tokens (GAE) cannot be stored as a rollout with one A_i: ValueError.
-    """
-    m = response_mask.float()
-    if m.shape[1] == 0:
-        return torch.zeros(m.shape[0], dtype=torch.float32)
-    first = m.argmax(-1)  # the value at the first counted token, exactly (a masked mean would round)
-    a = advantages.float().gather(1, first[:, None]).squeeze(1) * (m.sum(-1) > 0)
-    dev = ((advantages.float() - a[:, None]).abs() * m).amax(-1) if m.shape[1] else torch.zeros_like(a)
-    if bool((dev > atol * (1 + a.abs())).any()):
-        bad = torch.nonzero(dev > atol * (1 + a.abs())).flatten()[:5].tolist()
-        raise ValueError(
-            "verl advantages vary over the response tokens of rows "
-            f"{bad}: replay stores one advantage per rollout and supports outcome estimators (grpo, rloo, ...) only"
-        )
-    return a
 
 
 def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.ndarray]:
@@ -323,7 +279,8 @@ class ReplayHook:
         step = int(global_step)
         N = len(batch)
         mb, dp = int(mini_batch_rows or N), int(dp_size)
-        K, unit = self._batch_unit(N, mb, dp, int(micro_batch_size_per_gpu or 1), int(group_size))
+        K, unit = batch_unit(N, mb, dp, int(micro_batch_size_per_gpu or 1), int(group_size),
+                             self.settings.keep_optimizer_steps)
 
         fresh, pkeys = to_rollout_batch(batch, step)
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy()
@@ -340,7 +297,7 @@ class ReplayHook:
         n_dropped_wide = len(replay_rows) - len(replay_dp)
         replay_rows = replay_rows.select(torch.from_numpy(fits))  # row i of replay_dp is row i here
 
-        fresh_idx, n_replay = self._fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
+        fresh_idx, n_replay = fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
         fresh_order = np.sort(fresh_idx)
         replay_order = np.arange(n_replay)
         if prefix_grouper:  # verl's group balancing takes runs of equal adjacent uids as the groups
@@ -366,30 +323,6 @@ class ReplayHook:
         self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, replay_rows, n_replay, n_ins,
                                     n_dropped_wide, n_replay_tokens)
         return out
-
-    def _batch_unit(self, N: int, mb: int, dp: int, micro: int, group_size: int) -> tuple[int, int]:
-        """(K, unit): optimizer steps per epoch without replay, and the row count the composed batch must be a
-        multiple of. ValueError when verl's batch sizes cannot be kept."""
-        if N % mb:
-            raise ValueError(f"fresh batch of {N} rows is not a multiple of the PPO mini-batch ({mb} rows)")
-        K = N // mb  # optimizer steps per epoch without replay
-        # verl's worker splits the batch over dp ranks, each rank's share into K mini-batches and each mini-batch
-        # into micro-batches of `micro` rows (prepare_micro_batches asserts), so a mini-batch is a multiple of
-        # dp * micro rows (and of rollout.n, to be expressible as ppo_mini_batch_size * rollout.n).
-        if self.settings.keep_optimizer_steps:
-            base = math.lcm(group_size, dp * micro)
-            if mb % base:
-                raise ValueError(
-                    f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
-                    f"({group_size}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
-                )
-            return K, K * base
-        if mb % (dp * micro):
-            raise ValueError(
-                f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu "
-                f"({dp} * {micro})"
-            )
-        return K, mb
 
     def _plan(
         self, step: int, N: int, mb: int, K: int, out: "DataProto", fresh_idx: np.ndarray, nonzero: np.ndarray,
@@ -427,34 +360,6 @@ class ReplayHook:
             metrics=metrics,
         )
 
-    @staticmethod
-    def _fit_to_unit(
-        fresh_idx: np.ndarray, spare: np.ndarray, n_replay: int, adv: torch.Tensor, unit: int, N: int
-    ) -> tuple[np.ndarray, int]:
-        """Make fresh + replay a positive multiple of `unit`, touching replay rows first.
-
-        Order: drop replay rows down to the multiple below; else pad up with zero-variance fresh rows (A = 0,
-        on-policy); else drop the fresh rows of smallest |A_i|; with no rows at all, or none left, use the whole
-        fresh batch (N is a multiple of unit by construction)."""
-        total = len(fresh_idx) + n_replay
-        if total == 0:  # every group zero-variance and nothing to replay: verl's own batch (all A = 0)
-            return np.arange(N), 0
-        r = total % unit
-        if r == 0:
-            return fresh_idx, n_replay
-        down = total - r
-        if n_replay >= r and down > 0:
-            return fresh_idx, n_replay - r
-        need = unit - r
-        if len(spare) >= need:
-            return np.concatenate([fresh_idx, spare[:need]]), n_replay
-        if down > 0:  # drop all replay, then the smallest-|A| fresh rows
-            excess = r - n_replay
-            order = np.argsort(adv[fresh_idx].abs().numpy(), kind="stable")
-            keep = np.sort(order[excess:])
-            return fresh_idx[keep], 0
-        return np.arange(N), 0
-
     # --- persistence (the buffer is the only state) -----------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return self.buffer.state_dict()
@@ -468,30 +373,3 @@ class ReplayHook:
     def load(self, path) -> None:
         self.buffer = ReplayBuffer.load(path, self.config)
 
-
-SETTINGS_FIELDS = tuple(VerlReplaySettings.__dataclass_fields__)
-CONFIG_FIELDS = tuple(ReplayConfig.__dataclass_fields__)
-
-
-def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlReplaySettings]:
-    """Hydra `replay` group (a plain dict; `preset` optional) -> (ReplayConfig, VerlReplaySettings).
-
-    Unknown keys are an error, so a typo fails before any compute."""
-    cfg = dict(cfg or {})
-    preset = cfg.pop("preset", None) or "paper"
-    unknown = sorted(set(cfg) - set(CONFIG_FIELDS) - set(SETTINGS_FIELDS))
-    if unknown:
-        raise ValueError(f"unknown replay config keys {unknown}; allowed: {sorted(CONFIG_FIELDS + SETTINGS_FIELDS)}")
-    config = ReplayConfig.from_preset(preset, **{k: v for k, v in cfg.items() if k in CONFIG_FIELDS})
-    settings = VerlReplaySettings(**{k: v for k, v in cfg.items() if k in SETTINGS_FIELDS})
-    check_options(config, settings)
-    return config, settings
-
-
-def check_options(config: ReplayConfig, settings: VerlReplaySettings) -> None:
-    """Raise ConfigError for an option beyond the paper that verl cannot honour (docs/method.md). max_drift needs
-    each replay row's log-probs under the current policy, which verl's actor computes only inside its update
-    (an extra forward pass over the replay rows would be needed); fill_filtered needs the filter on."""
-    refuse_options(config, "verl", ("max_drift",))
-    if config.fill_filtered and not settings.filter_zero_variance:
-        bad_field(config, "fill_filtered", "false with filter_zero_variance=false (no rows are filtered to fill)")

@@ -17,10 +17,11 @@ try:
     import ray
     import verl.trainer.main_ppo_v0 as _v0
 except ImportError as e:  # pragma: no cover
-    from ._compat import INSTALL_HINT
+    from .._compat import INSTALL_HINT
 
     raise ImportError(f"ReplayTaskRunner needs verl[verl-core] (Ray): {INSTALL_HINT} ({e})") from e
 
+from .checks import check_config
 from .trainer import ReplayRayPPOTrainer
 
 
@@ -39,6 +40,7 @@ class ReplayTaskRunnerImpl(_v0.BaseTaskRunner):
             raise ValueError(
                 "ReplayTaskRunner runs the legacy RayPPOTrainer (trainer.use_v1=false); use ReplayTaskRunnerV1 for v1"
             )
+        check_config(config)  # what replay cannot run fails here too, for a programmatic launch
         _v0.RayPPOTrainer = self.trainer_cls  # the name verl's run() reads; this actor's process only
         return verl_task_runner_class().run(self, config)
 

@@ -1,0 +1,100 @@
+"""How many rows a composed verl update may have, for both trainers.
+
+verl's worker splits the update batch over the DP ranks, each rank's share into K PPO mini-batches and, with
+static micro-batches, each mini-batch into `ppo_micro_batch_size_per_gpu` rows (`prepare_micro_batches`
+asserts). So the composed batch (fresh + replay) is trimmed or padded to a multiple of a unit that every one of
+those divisions accepts; the trainer then scales the mini-batch to total / K rows so K, the optimizer steps per
+epoch of the fresh batch, is unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+
+
+def micro_batch_rows(actor_cfg: Any) -> int:
+    """Rows per micro-batch verl's worker asserts on: `ppo_micro_batch_size_per_gpu` with static micro-batches,
+    1 with `use_dynamic_bsz` (token-budgeted micro-batches divide any share)."""
+    if actor_cfg.get("use_dynamic_bsz", False):
+        return 1
+    return int(actor_cfg.get("ppo_micro_batch_size_per_gpu") or 1)
+
+
+def batch_unit(
+    n_rows: int, mini_batch_rows: int, dp: int, micro: int, group_size: int, keep_optimizer_steps: bool
+) -> tuple[int, int]:
+    """(K, unit) for a fresh batch of `n_rows` rows and verl's PPO mini-batch of `mini_batch_rows`
+    (`ppo_mini_batch_size * rollout.n`): K optimizer steps per epoch without replay, and the row count the composed
+    batch must be a multiple of. With `keep_optimizer_steps` a scaled mini-batch must stay a multiple of
+    `group_size` (rollout.n, to be expressible as `ppo_mini_batch_size * rollout.n`) and of dp * micro, so the unit
+    is K * lcm(group_size, dp * micro); otherwise verl's mini-batch is kept and is the unit. ValueError when
+    verl's batch sizes cannot be kept."""
+    mb = mini_batch_rows
+    if n_rows % mb:
+        raise ValueError(f"fresh batch of {n_rows} rows is not a multiple of the PPO mini-batch ({mb} rows)")
+    k = n_rows // mb
+    if keep_optimizer_steps:
+        base = math.lcm(group_size, dp * micro)
+        if mb % base:
+            raise ValueError(
+                f"PPO mini-batch of {mb} rows (ppo_mini_batch_size * rollout.n) must divide by rollout.n "
+                f"({group_size}) and DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro}); lcm {base}"
+            )
+        return k, k * base
+    if mb % (dp * micro):
+        raise ValueError(
+            f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro})"
+        )
+    return k, mb
+
+
+def fit_to_unit(
+    fresh_idx: np.ndarray, spare: np.ndarray, n_replay: int, adv: torch.Tensor, unit: int, n_batch: int
+) -> tuple[np.ndarray, int]:
+    """(fresh rows to use, replay rows to use) so that their total is a positive multiple of `unit`.
+
+    `fresh_idx` indexes the fresh rows the composition kept, `spare` the rows it may pad with (zero-variance
+    rows, A = 0, on-policy; verl's padding rows), `adv` (n_batch,) the advantages `fresh_idx` indexes. Replay rows
+    are touched first: drop them down to the multiple below; else pad up with spare rows; else drop all replay
+    rows and the fresh rows of smallest |A_i|; with no rows at all, or none left, the whole batch
+    (`np.arange(n_batch)`; n_batch is a multiple of unit by construction)."""
+    total = len(fresh_idx) + n_replay
+    if total == 0:  # every group zero-variance and nothing to replay: verl's own batch (all A = 0)
+        return np.arange(n_batch), 0
+    r = total % unit
+    if r == 0:
+        return fresh_idx, n_replay
+    down = total - r
+    if n_replay >= r and down > 0:
+        return fresh_idx, n_replay - r
+    need = unit - r
+    if len(spare) >= need:
+        return np.concatenate([fresh_idx, spare[:need]]), n_replay
+    if down > 0:  # drop all replay, then the smallest-|A| fresh rows
+        excess = r - n_replay
+        order = np.argsort(adv[fresh_idx].abs().numpy(), kind="stable")
+        keep = np.sort(order[excess:])
+        return fresh_idx[keep], 0
+    return np.arange(n_batch), 0
+
+
+@contextlib.contextmanager
+def mini_batch_scaled(actor_cfg: Any, ppo_mini_batch_size: int):
+    """Within the block, verl's `actor.ppo_mini_batch_size` (prompts; verl multiplies it by rollout.n) is
+    `ppo_mini_batch_size`: the trainers' `_update_actor` reads it when it builds the worker's mini-batch, so the
+    composed batch gives the fresh batch's K optimizer steps. Restored afterwards, also on an error."""
+    key = "ppo_mini_batch_size"
+    old = actor_cfg[key]
+    writable = open_dict if OmegaConf.is_config(actor_cfg) else lambda _: contextlib.nullcontext()
+    try:
+        with writable(actor_cfg):
+            actor_cfg[key] = ppo_mini_batch_size
+        yield
+    finally:
+        with writable(actor_cfg):
+            actor_cfg[key] = old
