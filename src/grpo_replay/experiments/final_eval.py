@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from ..app import configio
 from ..app.data import BENCHMARKS
+from ..errors import UsageError
 from .jobs import RunSpec, gpu_device, worker_pool
 
 PRUNED = "checkpoints_deleted.json"  # marker in <run dir>/bench/: the final checkpoint was deleted after evaluation
@@ -55,11 +56,11 @@ class BenchSettings:
             configio.bad(self, name, allowed, label=f"--eval-{name.replace('_', '-')}")
 
         if not self.benchmarks:
-            raise ValueError("--benchmarks: at least one benchmark is required")
+            raise UsageError("--benchmarks: at least one benchmark is required")
         if self.n < 1:
             bad("n", "an integer >= 1 (samples per problem)")
         if not self.ks or any(k < 1 or k > self.n for k in self.ks):
-            raise ValueError(f"--eval-k={list(self.ks)} is invalid; allowed: integers 1 <= k <= --eval-n={self.n}")
+            raise UsageError(f"--eval-k={list(self.ks)} is invalid; allowed: integers 1 <= k <= --eval-n={self.n}")
         if self.backend not in EVAL_BACKENDS:
             bad("backend", ", ".join(EVAL_BACKENDS))
         if self.limit is not None and self.limit < 1:
