@@ -24,7 +24,9 @@ Usage:
    ("bookkeeping"), and compose. The copy floor, measured in the same run: the bytes that bookkeeping must move
    (the fresh rows' fields into arena rows of the arena's width, the replay batch's fields out), copied with
    np.copyto between arrays allocated beforehand, plus one read of the fresh completion mask. The caches are flushed before each step and each floor copy
-   (both read from memory, as in a trainer). The target: bookkeeping within 1.2x of that floor.
+   (both read from memory, as in a trainer). The target: bookkeeping within 1.2x of that floor. Run for the
+   padded storage (the default) and for `RolloutStorage(unpadded=True)`, whose floor moves the completions'
+   real positions only.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages  # noqa: E402
 from grpo_replay.composition import fresh_anchored  # noqa: E402
+from grpo_replay.storage import RolloutStorage  # noqa: E402
 
 TOKENS = 16  # prompt and completion positions per row in the peers' payload
 PER_STEP = 256  # rows added (and evicted) per step
@@ -76,12 +79,12 @@ def priorities(p: dict[str, np.ndarray]) -> np.ndarray:
 class Ours:
     """ReplayBuffer with age eviction holding N rows between steps."""
 
-    def __init__(self, n: int, replacement: bool):
-        self.name = "ours, with repl." if replacement else "ours"
+    def __init__(self, n: int, replacement: bool, unpadded: bool = False):
+        self.name = "ours, with repl." if replacement else "ours, unpadded" if unpadded else "ours"
         self.window = n // PER_STEP
         cfg = ReplayConfig(warmup_steps=0, tau_max=self.window - 1, capacity=None, alpha=ALPHA, eps=EPS,
                            replacement=replacement)
-        self.buf = ReplayBuffer(cfg, seed=0)
+        self.buf = ReplayBuffer(cfg, seed=0, storage=RolloutStorage(unpadded=unpadded))
         self.batches = [self._batch(payload(PER_STEP, i)) for i in range(N_BATCHES)]
         for s in range(self.window):
             self.buf.add(self.batches[s % N_BATCHES], s)
@@ -175,7 +178,8 @@ class TorchRL:
 
 def peer_factories() -> tuple[dict, dict[str, str]]:
     """name -> constructor(n) of every library that imports here; name -> why not, for the others."""
-    made = {"ours": lambda n: Ours(n, False), "ours, with repl.": lambda n: Ours(n, True)}
+    made = {"ours": lambda n: Ours(n, False), "ours, with repl.": lambda n: Ours(n, True),
+            "ours, unpadded": lambda n: Ours(n, False, unpadded=True)}
     missing = {}
     try:
         import cpprb  # noqa: F401
@@ -297,6 +301,10 @@ def copy_pairs(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBatch) -> 
     widths = st.arena_widths()
     for field, arena in (("prompt_ids", "prompt_ids"), ("completion_ids", "comp_ids"), ("behaviour_logps", "logps")):
         src = getattr(fresh, field).numpy()
+        if st.ragged is not None and arena != "prompt_ids":  # unpadded: the real positions only, into one run
+            real = src[fresh.completion_mask.numpy()]
+            pairs.append((real, np.empty_like(real)))
+            continue
         W, w = widths[arena], src.shape[1]
         dst = np.zeros((n, W), src.dtype)
         if W > w:
@@ -321,9 +329,9 @@ def flush_caches() -> None:
     _SCRATCH += 1
 
 
-def bench_paper_default(repeats: int) -> dict:
+def bench_paper_default(repeats: int, unpadded: bool = False) -> dict:
     cfg = ReplayConfig(warmup_steps=0)
-    buf = ReplayBuffer(cfg, seed=0)
+    buf = ReplayBuffer(cfg, seed=0, storage=RolloutStorage(unpadded=unpadded))
     fresh = make_batch(64, 8, 1, 256, 2048)
     for t in range(11):
         buf.add(fresh, t)
@@ -393,7 +401,8 @@ def print_peers(peers: dict, rounds: int, steps: int) -> None:
     for n, row in peers["rows"].items():
         ratios = [f"{k} / {o}: {row[k]['step']['wall_med'] / row[o]['step']['wall_med']:.2f}x wall, "
                   f"{row[k]['step']['cpu_med'] / row[o]['step']['cpu_med']:.2f}x CPU"
-                  for k in names if k in row and not k.startswith("ours") for o in ("ours", "ours, with repl.")]
+                  for k in names if k in row and not k.startswith("ours")
+                  for o in ("ours", "ours, with repl.", "ours, unpadded") if o in row]
         print(f"  N = {int(n):,}: " + ("; ".join(ratios) or "no peer available"))
     for k, why in peers["missing"].items():
         print(f"unavailable: {k} ({why})")
@@ -425,11 +434,11 @@ def main() -> None:
             cells = [f"{k} {v['rss_per_row']:.0f} B" + (f" (buffer/bytes {v['nbytes_per_row']:.0f} B)" if "nbytes_per_row" in v else "")
                      if isinstance(v, dict) else f"{k}: failed {v!r}" for k, v in row.items()]
             print(f"  N = {n:,}: " + "; ".join(cells))
-    if not a.skip_paper:
-        p = bench_paper_default(a.repeats)
+    for unpadded in () if a.skip_paper else (False, True):
+        p = bench_paper_default(a.repeats, unpadded)
         fmt = lambda r: f"{r['wall_min']:.2f} / {r['wall_med']:.2f} ms (CPU {r['cpu_min']:.2f} / {r['cpu_med']:.2f})"  # noqa: E731
         b, f = p["bookkeeping"], p["floor"]
-        print(f"\npaper default: {p['stored']:,} stored rows ({p['bytes_per_row']:.0f} bytes each), a step of {p['fresh']} "
+        print(f"\npaper default, {'unpadded' if unpadded else 'padded'} storage: {p['stored']:,} stored rows ({p['bytes_per_row']:.0f} bytes each), a step of {p['fresh']} "
               f"fresh + {p['replay']} replay rows; min / median of {a.repeats}:")
         for k, r in p["ops"].items():
             print(f"  {k}: {fmt(r)}")

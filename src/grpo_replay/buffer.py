@@ -19,7 +19,7 @@ from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch, _unchecked, check_completion_mask, check_token_ids
+from .rollout import RolloutBatch, check_completion_mask, check_token_ids, unchecked_batch
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
 from .storage import RolloutStorage, encode_rows
 
@@ -35,7 +35,8 @@ class ReplayBuffer:
     `total_added`, `total_evicted_age`, ...); group
     keys are unique across inserts (and insertion numbers, `seq`, across the buffer's life); a saved and reloaded buffer draws exactly what the original would.
     The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
-    capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one.
+    capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one, and
+    `storage=RolloutStorage(unpadded=True)` (empty) to keep completions without padding.
     """
 
     def __init__(
@@ -46,11 +47,12 @@ class ReplayBuffer:
         sampler: Optional[Sampler] = None,
         age_eviction: Optional[Eviction] = None,
         capacity_eviction: Optional[Eviction] = None,
+        storage: Optional[RolloutStorage] = None,
     ):
         self.config = config or ReplayConfig()
         by_group = self.config.granularity == "group"
         self.rng = np.random.default_rng(seed)
-        self.storage = RolloutStorage()
+        self.storage = storage if storage is not None else RolloutStorage()
         self.age_eviction = age_eviction or AgeEviction(self.config.tau_max)
         self.capacity_eviction = capacity_eviction or CapacityEviction(self.config.capacity, whole_groups=by_group)
         sampler_cls = GroupPrioritizedSampler if by_group else PrioritizedSampler
@@ -208,6 +210,15 @@ class ReplayBuffer:
         self.totals.evicted_drift += len(gone)
         return len(gone)
 
+    def keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(insertion numbers, prompt keys) of the stored rows, (n,) int64 each, in slot order. The insertion
+        number is what every draw returns as `buffer_seq`, and the n-th row ever added has number n
+        (`next_seq`), through eviction and a reload: an integration that keeps the rows' tokens elsewhere
+        adds payload-free rows (zero-width token fields, the scalars only) and names each by its number."""
+        return self.storage.keys()
+
+    next_seq = property(lambda self: self.storage.next_seq, doc="The insertion number of the next row added.")
+
     def _see(self, step: int) -> None:
         step = int(step)
         self.last_step = step if self.last_step is None else max(self.last_step, step)
@@ -224,7 +235,7 @@ class ReplayBuffer:
             batch[k] = torch.from_numpy(v) if v is not None else None
             if k == "birth_step":
                 batch["is_replay"] = torch.ones(len(slots), dtype=torch.bool)
-        return _unchecked(batch)
+        return unchecked_batch(batch)
 
     # --- diagnostics --------------------------------------------------------------------------------
     def stats(self, step: int) -> dict[str, Any]:
@@ -286,9 +297,11 @@ class ReplayBuffer:
         buffer_state.write(self.state_dict(), path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, config: Optional[ReplayConfig] = None) -> "ReplayBuffer":
-        """Read what `save(path)` wrote. Any missing, corrupt, inconsistent or edited field raises
-        BufferStateError naming the file and the field."""
+    def load(cls, path: str | os.PathLike, config: Optional[ReplayConfig] = None, *,
+             storage: Optional[RolloutStorage] = None) -> "ReplayBuffer":
+        """Read what `save(path)` wrote (into `storage` when given: the saved format does not depend on its
+        layout). Any missing, corrupt, inconsistent or edited field raises BufferStateError naming the file and
+        the field."""
         state, where = buffer_state.read(path)
         if config is None:
             cfg = state.get("config")
@@ -298,7 +311,7 @@ class ReplayBuffer:
                 raise BufferStateError(f"{where['json']}: field 'config' is not a valid ReplayConfig: {e}") from None
             if config is None:
                 raise BufferStateError(f"{where['json']}: field 'config' is missing or not an object")
-        buf = cls(config)
+        buf = cls(config, storage=storage)
         buf._load_validated(state, where)
         return buf
 

@@ -10,7 +10,9 @@ is one copy of the batch per field, narrowed to that batch's own width, and a dr
 field (no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width,
 the longest row stored so far. Completion positions past a row's length (its last counted token) keep
 what the fresh batch held there (padding, masked out like the fresh row's own) up to that batch's width,
-and zeros beyond; they are not saved, so a loaded buffer has zeros there. Freed slots are reused LIFO. The
+and zeros beyond; they are not saved, so a loaded buffer has zeros there. `RolloutStorage(unpadded=True)`
+keeps completions without padding instead (ragged.py): each row's real positions only, gathered into padded
+rows on a draw (zeros past each row's length). Freed slots are reused LIFO. The
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
@@ -20,22 +22,22 @@ brought up to date when read (`tree`): add and remove only record their slots, s
 sums above the leaves changed since the last one (a slot freed and refilled in between once), and nothing is
 recomputed while the sampler does not use the tree (below its size threshold).
 
-Rows are also listed by birth step (one entry per insert, in birth order: rows arrive in it, a late one is
-filed in its place), so age eviction reads only the rows it evicts. The scalar columns, the free-slot stack and
+Rows are also listed by birth step (`BirthIndex`), so age eviction reads only the rows it evicts. The scalar columns, the free-slot stack and
 the tree live in one allocation, so growing the storage hands the old one back to the system whole; the columns
 that hold a default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated
 on first use. `encode_rows` (padding.py) turns a fresh batch's arrays into `add`'s input, and `rows` gives
-padded rows back for slots: only this module and padding.py know the arenas.
+padded rows back for slots: only this module, padding.py and ragged.py know the arenas.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
+from .births import BirthIndex
 from .padding import (EncodedRows, RowWriter, encode_rows, pack_mask, packed_width, prefix_lengths, prefix_rows, repad,
                       resize_rows)
+from .ragged import RaggedArena
 from .sumtree import SumTree
 from .sumtree import capacity as tree_capacity
 
@@ -64,6 +66,9 @@ _LENGTH_COLUMNS = ("prompt_len", "comp_len")
 SAVED_COLUMNS: dict[str, Any] = {k: dt for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS}
 # completion arenas: name -> dtype ("mask" holds packed bits: 8 completion positions a byte)
 COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.uint8, "logps": np.float32, "ref": np.float32}
+# the same fields unpadded (`RolloutStorage(unpadded=True)`): one value per real position, the mask as bools
+COMPLETION_FIELDS_UNPADDED: dict[str, Any] = {"comp_ids": np.int32, "mask": np.bool_, "logps": np.float32,
+                                              "ref": np.float32}
 
 
 class StoredRow(NamedTuple):
@@ -82,17 +87,17 @@ class RolloutStorage:
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
     unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has
     `prompt_len` real prompt tokens right-aligned in `prompt_ids` and `comp_len` completion positions (up to
-    its last counted token) left-aligned in the completion arenas, its mask packed in the mask arena unless
-    `dense[s]` (mask = the first comp_len positions); the weight column is the sum tree's leaves, 0 for a
-    free slot, and the tree that `tree` returns sums them (the ancestors of the slots in `_changed` lag
-    until then); every
-    occupied slot is in the entry of `_born` with its birth step (entries sorted by birth step; an entry
-    may also list slots freed or refilled since, which `born_before` tells apart by their birth step);
+    its last counted token) left-aligned in the completion arenas (or, unpadded, at its start in `ragged`),
+    its mask packed in the mask arena unless `dense[s]` (mask = the first comp_len positions); the weight
+    column is the sum tree's leaves, 0 for a free slot, and the tree that `tree` returns sums them (the
+    ancestors of the slots in `_changed` lag until then); every occupied slot is in the entry of `births`
+    with its birth step;
     `has_ref` says whether the stored rows carry reference log-probs (None when empty), and all stored rows
     agree on it.
     """
 
-    def __init__(self, initial_slots: int = 1024):
+    def __init__(self, initial_slots: int = 1024, unpadded: bool = False):
+        """`unpadded`: completions keep only their real positions (`ragged.RaggedArena`), not a padded row each."""
         self._cols, self.valid, self.dense, self._free, tree = _slot_columns(initial_slots)
         self._free[:] = np.arange(initial_slots - 1, -1, -1)  # the top (the end) is slot 0
         self._n_free = initial_slots
@@ -105,8 +110,8 @@ class RolloutStorage:
         self._tree = SumTree(initial_slots, tree)
         self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
         self._n_changed = 0
-        self._born: list[tuple[int, Any]] = []  # (birth step, a slice or int32 slots) per insert, by birth step
-        self._births: list[int] = []  # the birth steps of `_born`, for bisect
+        self.births = BirthIndex()
+        self.ragged = RaggedArena(COMPLETION_FIELDS_UNPADDED, initial_slots) if unpadded else None
 
     def __len__(self) -> int:
         return self._count
@@ -126,63 +131,19 @@ class RolloutStorage:
     def valid_slots(self) -> np.ndarray:
         return np.flatnonzero(self.valid)
 
-    def born_before(self, step: int) -> np.ndarray:
-        """Sorted slots (int64) of the stored rows born before `step`: reads only the entries of `_born` that
-        are older (O(rows returned), plus the slots freed among them since)."""
-        found = []
-        for birth, at in self._born:
-            if birth >= step:
-                break
-            found.append(self._still_born(birth, at))
-        if not found:
-            return np.zeros(0, np.int64)
-        if len(found) == 1:
-            return found[0] if isinstance(self._born[0][1], slice) else np.sort(found[0])
-        # A slot freed and refilled by rows of the same birth step may be listed by two entries: count it once.
-        return np.unique(np.concatenate(found))
-
-    def _still_born(self, birth: int, at) -> np.ndarray:
-        """Slots (int64) of an entry of `_born` (a slice or int32 slots) that still hold rows of its birth step."""
-        keep = self.valid[at] & (self._cols["birth_step"][at] == birth)
-        return np.flatnonzero(keep) + at.start if isinstance(at, slice) else at[keep].astype(np.int64)
-
-    def _file_births(self, at, births) -> None:
-        """List new rows in `_born`: one entry per birth step among them (a slice when their slots are one
-        ascending run, as usual: no memory per row), each in its place by birth step. `births`: the rows'
-        birth steps, or one int for all."""
-        if isinstance(births, (int, np.integer)):
-            lo = hi = int(births)
-        else:
-            births = np.asarray(births)
-            lo, hi = int(births.min()), int(births.max())
-        if lo == hi:
-            groups = [(lo, at if isinstance(at, slice) else at.astype(np.int32))]
-        else:
-            slots = np.arange(at.start, at.stop) if isinstance(at, slice) else at
-            groups = [(int(b), slots[births == b].astype(np.int32)) for b in np.unique(births)]
-        for b, s in groups:
-            if not self._births or b >= self._births[-1]:
-                self._born.append((b, s))
-                self._births.append(b)
-            else:  # a late row: filed among the rows of its birth step
-                i = bisect_right(self._births, b)
-                self._born.insert(i, (b, s))
-                self._births.insert(i, b)
-
-    def _drop_dead_births(self) -> None:
-        """Drop the oldest entries of `_born` while none of their slots still holds a row of that birth step."""
-        births = self._cols["birth_step"]
-        while self._born:
-            b, at = self._born[0]
-            if (self.valid[at] & (births[at] == b)).any():
-                return
-            del self._born[0], self._births[0]
-
-    def _rebuild_births(self) -> None:
+    def keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(insertion numbers, prompt keys) of the stored rows, (n,) int64 each, in slot order (copies)."""
         slots = self.valid_slots()
-        self._born, self._births = [], []
-        if len(slots):
-            self._file_births(slots, self._cols["birth_step"][slots])
+        return self._cols["seq"][slots].copy(), self._col_values("prompt_key")[slots].copy()
+
+    @property
+    def next_seq(self) -> int:
+        """The insertion number the next stored row gets (rows are numbered 0, 1, ... over the storage's life)."""
+        return self._seq
+
+    def born_before(self, step: int) -> np.ndarray:
+        """Sorted slots (int64) of the stored rows born before `step`, O(rows returned) (`BirthIndex`)."""
+        return self.births.before(step, self.valid, self._cols["birth_step"])
 
     @property
     def tree(self) -> SumTree:
@@ -213,7 +174,12 @@ class RolloutStorage:
 
     def arena_widths(self) -> dict[str, int]:
         """Allocated width of each arena (prompt_ids and `COMPLETION_FIELDS`; the mask's in packed bytes)."""
-        return {"prompt_ids": int(self.prompt_ids.shape[1]), **{k: int(a.shape[1]) for k, a in self.arena.items()}}
+        if self.ragged is not None:  # the widths a padded storage would need (what the saved format records)
+            comp = {"comp_ids": self.width, "logps": self.width, "mask": packed_width(self.width),
+                    "ref": self.width if self.has_ref else 0}
+        else:
+            comp = {k: int(a.shape[1]) for k, a in self.arena.items()}
+        return {"prompt_ids": int(self.prompt_ids.shape[1]), **comp}
 
     @property
     def slots(self) -> int:
@@ -231,6 +197,8 @@ class RolloutStorage:
         self._cols, self.valid, self.dense = cols, valid, dense
         self.prompt_ids = resize_rows(self.prompt_ids, new)
         self.arena = {k: resize_rows(a, new) for k, a in self.arena.items()}
+        if self.ragged is not None:
+            self.ragged.resize_slots(new)
         free[: self._n_free] = self._free[: self._n_free]
         free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
         self._free, self._n_free = free, self._n_free + new - old
@@ -245,7 +213,7 @@ class RolloutStorage:
             new[:, prompt_width - P :] = self.prompt_ids
             self.prompt_ids = new
         self.width = max(self.width, comp_width)
-        for k, a in self.arena.items():
+        for k, a in self.arena.items() if self.ragged is None else ():
             W = packed_width(comp_width) if k == "mask" else comp_width
             if W > a.shape[1] and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
                 new = np.zeros((self.slots, W), a.dtype)
@@ -285,12 +253,15 @@ class RolloutStorage:
         rows = RowWriter(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
-        if not dense:
-            rows.put(self.arena["mask"], completion["mask"])
-        for k in ("comp_ids", "logps", "ref"):
-            if completion.get(k) is not None:
-                rows.put(self.arena[k], completion[k])
         at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
+        if self.ragged is not None:
+            self.ragged.put(at, np.asarray(scalars["comp_len"], np.int64), _completion_rows(completion))
+        else:
+            if not dense:
+                rows.put(self.arena["mask"], completion["mask"])
+            for k in ("comp_ids", "logps", "ref"):
+                if completion.get(k) is not None:
+                    rows.put(self.arena[k], completion[k])
         for k, arr in scalars.items():
             if k in self._cols:
                 self._cols[k][at] = arr
@@ -305,7 +276,7 @@ class RolloutStorage:
         self.dense[at] = dense
         self._count += n
         self._mark_changed(at)
-        self._file_births(at, scalars["birth_step"])
+        self.births.file(at, scalars["birth_step"])
         return slots
 
     def remove(self, slots: np.ndarray) -> None:
@@ -324,7 +295,22 @@ class RolloutStorage:
         if self._count == 0:
             self.has_ref = None
         self._mark_changed(slots)
-        self._drop_dead_births()
+        self.births.drop_dead(self.valid, self._cols["birth_step"])
+        if self.ragged is not None:
+            self.ragged.release(slots)
+
+    def _load_unpadded(self, state: dict[str, Any], slots: np.ndarray, clen: np.ndarray, n_slots: int) -> None:
+        """The completions of a saved state into a new unpadded arena, one run in slot order."""
+        self.ragged = RaggedArena(COMPLETION_FIELDS_UNPADDED, n_slots)
+        self.arena = {k: np.zeros((n_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
+        mask = np.asarray(state["mask"], np.bool_)
+        trues = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        ends = np.cumsum(clen)
+        dense = trues[ends] - trues[ends - clen] == clen
+        self.dense[slots] = dense
+        self.ragged.put(slots, clen, {"comp_ids": state["comp_ids"], "logps": state["logps"],
+                                      "ref": state["ref"] if self.has_ref else None,
+                                      "mask": None if dense.all() else mask}, flat=True)
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
@@ -332,7 +318,10 @@ class RolloutStorage:
         clen, dense = self._cols["comp_len"][slots], self.dense[slots]
         if dense.all():
             return prefix_rows(clen, width)
-        out = np.unpackbits(self.arena["mask"][slots, : packed_width(width)], axis=1, count=width).view(np.bool_)
+        if self.ragged is not None:
+            out = self.ragged.gather(["mask"], slots, np.minimum(clen, width), width)["mask"]
+        else:
+            out = np.unpackbits(self.arena["mask"][slots, : packed_width(width)], axis=1, count=width).view(np.bool_)
         if dense.any():
             out[dense] = prefix_rows(clen[dense], width)
         return out
@@ -341,28 +330,33 @@ class RolloutStorage:
         """The rows at `slots` (int64) as padded arrays keyed by `RolloutBatch` field (all but is_replay):
         prompt_ids (n, P) int32 and prompt_mask (n, P) bool left-padded, completion_ids (n, C) int32,
         completion_mask (n, C) bool, behaviour_logps and ref_logps (n, C) float32 (ref_logps None without
-        reference log-probs) right-padded, P and C the longest among these rows; one row gather per arena,
-        no per-row work; then the scalar columns (n,) (advantages, rewards, group_ids, group_std,
-        birth_step, buffer_seq)."""
+        reference log-probs) right-padded, P and C the longest among these rows; one row gather per arena
+        (one flat gather per field when unpadded), no per-row work; then the scalar columns (n,)
+        (advantages, rewards, group_ids, group_std, birth_step, buffer_seq)."""
         n = len(slots)
         plen, clen = self._cols["prompt_len"][slots], self._cols["comp_len"][slots]
         P = int(plen.max()) if n else 0
         C = int(clen.max()) if n else 0
-        Wp, a = self.prompt_ids.shape[1], self.arena
+        Wp = self.prompt_ids.shape[1]
+        ref = bool(self.has_ref) and n > 0
+        names = ["comp_ids", "logps"] + (["ref"] if ref else [])
+        if self.ragged is not None:
+            comp = self.ragged.gather(names, slots, clen, C)
+        else:  # numpy's row gather of a column range (one copy) beats torch.index_select on a column slice
+            comp = {k: self.arena[k][slots, :C] for k in names}
         col = self._cols
-        # numpy's row gather of a column range (one copy) beats torch.index_select on a column slice
         return {
             "prompt_ids": self.prompt_ids[slots, Wp - P : Wp],
             "prompt_mask": prefix_rows(plen, P, right=True),
-            "completion_ids": a["comp_ids"][slots, :C],
+            "completion_ids": comp["comp_ids"],
             "completion_mask": self.masks(slots, C),
-            "behaviour_logps": a["logps"][slots, :C],
+            "behaviour_logps": comp["logps"],
             "advantages": col["advantage"][slots],
             "rewards": col["reward"][slots],
             "group_ids": col["group_key"][slots],
             "group_std": col["group_std"][slots],
             "birth_step": col["birth_step"][slots],
-            "ref_logps": a["ref"][slots, :C] if self.has_ref and n else None,
+            "ref_logps": comp["ref"] if ref else None,
             "buffer_seq": col["seq"][slots],
         }
 
@@ -370,13 +364,16 @@ class RolloutStorage:
         """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
         p, c = int(self._cols["prompt_len"][slot]), int(self._cols["comp_len"][slot])
         W = self.prompt_ids.shape[1]
-        a = self.arena
+        if self.ragged is not None:
+            comp = {k: self.ragged.row(k, slot, c) for k in ("comp_ids", "logps", "ref")}
+        else:
+            comp = {k: a[slot, :c] for k, a in self.arena.items()}
         return StoredRow(
             prompt_ids=self.prompt_ids[slot, W - p :],
-            completion_ids=a["comp_ids"][slot, :c],
-            logps=a["logps"][slot, :c],
+            completion_ids=comp["comp_ids"],
+            logps=comp["logps"],
             mask=self.masks(np.array([slot]), c)[0],
-            ref=a["ref"][slot, :c] if self.has_ref else None,
+            ref=comp["ref"] if self.has_ref else None,
         )
 
     def nbytes(self) -> int:
@@ -384,7 +381,7 @@ class RolloutStorage:
         arena only once rows carry reference log-probs) and the sum tree."""
         cols = [a for k, a in self._cols.items() if k != "weight"]  # the weights are the tree's leaves
         arrays = [*cols, self.valid, self.dense, self._free, self.prompt_ids, self._tree.t, *self.arena.values()]
-        return int(sum(a.nbytes for a in arrays))
+        return int(sum(a.nbytes for a in arrays)) + (self.ragged.nbytes() if self.ragged is not None else 0)
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -396,6 +393,8 @@ class RolloutStorage:
         pkeep = prefix_rows(plen, W, right=True)
 
         def flat(k: str) -> np.ndarray:  # row-major order of the kept positions = concatenation order
+            if self.ragged is not None and k != "mask":
+                return self.ragged.flat(k, slots, clen.astype(np.int64))
             a = self.arena[k][slots] if k != "mask" else self.masks(slots, self.width)
             return a[prefix_rows(clen, a.shape[1])]
 
@@ -453,7 +452,9 @@ class RolloutStorage:
         self.prompt_ids[slots] = repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
         self.width = widths["comp_ids"]
         self.arena = {}
-        for k, dt in COMPLETION_FIELDS.items():
+        if self.ragged is not None:
+            self._load_unpadded(state, slots, clen, n_slots)
+        for k, dt in COMPLETION_FIELDS.items() if self.ragged is None else ():
             self.arena[k] = np.zeros((n_slots, widths[k]), dt)
             if k == "ref" and not self.has_ref:
                 continue
@@ -464,7 +465,16 @@ class RolloutStorage:
             else:
                 self.arena[k][slots] = repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
-        self._rebuild_births()
+        self.births.rebuild(slots, self._cols["birth_step"][slots])
+
+
+def _completion_rows(completion: dict[str, Optional[np.ndarray]]) -> dict[str, Optional[np.ndarray]]:
+    """`add`'s completion input for an unpadded storage: ids, log-probs, reference log-probs as they are
+    (right-padded), and the mask unpacked to bools only when it is not a prefix."""
+    out = {k: completion.get(k) for k in ("comp_ids", "logps", "ref")}
+    if completion["mask"] is not None:
+        out["mask"] = np.unpackbits(completion["mask"], axis=1, count=completion["comp_ids"].shape[1]).view(np.bool_)
+    return out
 
 
 def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -234,11 +234,11 @@ def test_born_before_equals_a_scan_of_every_row_and_reads_only_the_oldest_entrie
             slots = st.valid_slots()
             expected = slots[st.col("birth_step")[slots] < cutoff]
             assert np.array_equal(st.born_before(cutoff), expected)
-            births = [b for b, _ in st._born]
-            assert births == sorted(births) == st._births
+            births = [b for b, _ in st.births.entries]
+            assert births == sorted(births) == st.births.steps
         old = st.born_before(step + 1)
         st.remove(old)
-        assert len(st) == 0 and st._born == []  # every entry dropped once its rows are gone
+        assert len(st) == 0 and st.births.entries == []  # every entry dropped once its rows are gone
 
 
 def test_a_draw_updates_only_the_tree_leaves_that_changed(monkeypatch):
