@@ -91,8 +91,10 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     listed = tq.kv_list("train")["train"]
     stored = [k for k in listed if is_store_key(k)]
     assert len(stored) == len(t.replay_store.buffer)
+    assert {f"grpo-replay-{i}" for i in t.replay_store.live_ids()} == set(stored)  # a buffer row names its key
     row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
     st = t.replay_store.buffer.storage
+    assert set(st.arena_widths().values()) == {0}  # payload-free: no token arena holds anything
     # verl's sampler, in the same process, snapshots every key's tag on each poll: stored rows included
     with_rows = sampler_snapshot_bytes(t.replay_buffer)
     tq.kv_clear(keys=stored, partition_id="train")

@@ -132,9 +132,8 @@ class AsyncComposer:
     def _stored_group_ids(self) -> dict[int, int]:
         """Insertion number -> the TRL group id each stored row was added with (kept by the buffer as its prompt
         key), so a replayed sample counts toward the prompt group TRL already trained."""
-        st = self.buffer.storage
-        slots = st.valid_slots()
-        return dict(zip(st.col("seq")[slots].tolist(), st.col("prompt_key")[slots].tolist()))
+        seqs, prompt_keys = self.buffer.keys()
+        return dict(zip(seqs.tolist(), prompt_keys.tolist()))
 
     def take_inserted(self) -> int:
         n, self.inserted = self.inserted, 0

@@ -115,7 +115,7 @@ class ReplayV1Mixin:
 
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
         """Copy the rows to store keys now (fit() clears the fresh keys after the step); `step` adds them."""
-        ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
+        rows, ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
         self._pending.append((fresh, rows, ids, pid))
         return len(ids)
 

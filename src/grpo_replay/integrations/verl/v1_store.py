@@ -2,10 +2,13 @@
 
 A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is copied
 field for field (with the few tags it needs, KEPT_TAGS) to a key of its own in the training partition,
-`grpo-replay-<id>`. The core `ReplayBuffer` holds, per stored row, the scalar columns it evicts and samples on (birth, advantage, reward, group
-std, group and prompt keys, weight) and a one-token placeholder whose "completion token" is `<id>`. A replayed row
-is that stored key itself in the update batch: nothing is rebuilt, nothing is recomputed, and in a multi-node run
-the token tensors are spread over TransferQueue's storage units instead of the trainer process.
+`grpo-replay-<id>`. The core `ReplayBuffer` holds each stored row payload-free (no token ids or log-probs: zero
+width), with only the scalar columns it evicts and samples on (birth, advantage, reward, group std, group and prompt
+keys, weight). `<id>` is the buffer's own insertion number of the row (`ReplayBuffer.keys`; every draw returns it as
+`buffer_seq`): ids are handed out at the copy in the order the rows enter the buffer, so the n-th row ever added
+has id n. A replayed row is that stored key itself in the update batch: nothing is rebuilt, nothing is
+recomputed, and in a multi-node run the token tensors are spread over TransferQueue's storage units instead of the
+trainer process.
 
 The key has no "_": verl's samplers group trajectory keys by `key.split("_")[0]`, the prompt uid, and sample only
 groups whose prompt tag is terminal, so a stored row is never handed out as a fresh one.
@@ -28,6 +31,8 @@ from .rows import prompt_key, row_advantages
 from .settings import VerlReplaySettings, check_options
 
 KEY_PREFIX = "grpo-replay-"
+ID_KIND = "buffer_seq"
+"""What a store key's number is: the buffer's insertion number of the row (saved in `.store.json`)."""
 STORE_TAG = "grpo_replay"
 """Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
 "step" (the global step that trained on it fresh)}."""
@@ -105,22 +110,22 @@ def session_rewards(keys: Sequence[str], rewards: torch.Tensor) -> torch.Tensor:
     return rewards[torch.tensor([final[s][1] for s in sessions], dtype=torch.long)] if len(keys) else rewards
 
 
-def placeholder_batch(ids: np.ndarray, fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
-    """The buffer's view of fresh rows `rows`: scalars plus a one-token placeholder carrying the store id."""
+def payload_free_batch(fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
+    """The buffer's view of fresh rows `rows`: their scalars, with zero-width token fields (the tokens stay in
+    TransferQueue)."""
     n = len(rows)
     idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-    rewards, gids = fresh.rewards[idx], fresh.group_ids[idx]
-    _, std = group_advantages(fresh.rewards, fresh.group_ids)
-    one = torch.ones(n, 1, dtype=torch.long)
+    std = group_advantages(fresh.rewards, fresh.group_ids)[1] if n else torch.zeros(0)
+    none = torch.zeros(n, 0, dtype=torch.long)
     return RolloutBatch.fresh(
-        prompt_ids=torch.zeros(n, 1, dtype=torch.long),
-        prompt_mask=one,
-        completion_ids=torch.from_numpy(np.asarray(ids, dtype=np.int64)).view(n, 1),
-        completion_mask=one,
-        behaviour_logps=torch.zeros(n, 1),
+        prompt_ids=none,
+        prompt_mask=none,
+        completion_ids=none,
+        completion_mask=none,
+        behaviour_logps=torch.zeros(n, 0),
         advantages=fresh.advantages[idx],
-        rewards=rewards,
-        group_ids=gids,
+        rewards=fresh.rewards[idx],
+        group_ids=fresh.group_ids[idx],
         group_std=std[idx],
         step=int(fresh.birth[rows].max()) if n else 0,
     )
@@ -147,38 +152,40 @@ class TQReplayStore:
         self.settings = settings or VerlReplaySettings()
         check_options(self.config, self.settings)
         self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
-        self.next_id = 0
+        self.next_id = 0  # id of the next copied row: buffer.next_seq + rows copied and not yet added
 
     def live_ids(self) -> np.ndarray:
-        slots = self.buffer.storage.valid_slots()
-        return self.buffer.gather(slots).completion_ids[:, 0].long().numpy() if len(slots) else np.zeros(0, np.int64)
+        """(n,) int64 ids of the rows the buffer holds (their insertion numbers), in slot order."""
+        return self.buffer.keys()[0]
 
     def compose(self, fresh: FreshRows, step: int) -> V1Plan:
         """Algorithm 1 steps 3-6: zero-variance filter, evict by age, sample by priority (fresh-anchored)."""
         n = len(fresh)
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy() if n else np.zeros(0, bool)
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(n)
-        view = placeholder_batch(np.full(len(used), -1), fresh, used) if len(used) else _empty_view()
+        view = payload_free_batch(fresh, used)
         composed, kept = compose_batch(view, self.buffer, step, n_filtered=n - len(used))  # for fill_filtered
         rep = torch.nonzero(composed.is_replay).flatten()
         replay = composed.select(rep)
         return V1Plan(
             step=step,
             fresh_used=used[kept.numpy()],
-            replay_ids=replay.completion_ids[:, 0].long().numpy(),
+            replay_ids=np.zeros(0, np.int64) if replay.buffer_seq is None else replay.buffer_seq.long().numpy(),
             replay_birth=replay.birth_step.long().numpy(),
             replay_adv=replay.advantages.float().numpy(),
             nonzero=nonzero,
         )
 
-    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> np.ndarray:
+    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str,
+                  step: int) -> tuple[np.ndarray, np.ndarray]:
         """Copy fresh rows `rows` to new store keys (all fields; of their tags KEPT_TAGS, plus STORE_TAG); returns
-        their ids.
+        (rows in the order `add` enters them: by birth step, stable; their ids).
         They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
         rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[np.argsort(fresh.birth[rows], kind="stable")]
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
         if not len(rows):
-            return ids
+            return rows, ids
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         tags = [
@@ -188,16 +195,19 @@ class TQReplayStore:
         ]
         tq.kv_batch_put(keys=[store_key(j) for j in ids], partition_id=partition_id, fields=data, tags=tags)
         self.next_id += len(rows)
-        return ids
+        return rows, ids
 
     def add(self, fresh: FreshRows, rows: np.ndarray, ids: np.ndarray) -> int:
-        """Algorithm 1 step 7 for copied rows: one buffer add per birth step, ascending (the buffer stamps every
-        row of an add with one birth step)."""
+        """Algorithm 1 step 7 for rows `copy_rows` returned, in its order: one buffer add per birth step, ascending
+        (the buffer stamps every row of an add with one birth step), so the buffer numbers them with their ids."""
         rows = np.asarray(rows, dtype=np.int64)
         for b in np.unique(fresh.birth[rows]):
             sel = np.flatnonzero(fresh.birth[rows] == b)
-            part = placeholder_batch(ids[sel], fresh, rows[sel])
-            self.buffer.add(part, int(b), prompt_keys=fresh.prompt_keys[rows[sel]])
+            if self.buffer.next_seq != int(ids[sel[0]]):
+                raise RuntimeError(
+                    f"stored row {int(ids[sel[0]])} would be the buffer's row {self.buffer.next_seq}: add the "
+                    "rows of each copy_rows call once, in the order the calls were made")
+            self.buffer.add(payload_free_batch(fresh, rows[sel]), int(b), prompt_keys=fresh.prompt_keys[rows[sel]])
         return len(rows)
 
     def clear_evicted(self, tq, partition_id: str, before: np.ndarray) -> int:
@@ -211,24 +221,22 @@ class TQReplayStore:
     def save(self, path: str) -> None:
         self.buffer.save(path)
         with open(path + ".store.json", "w") as f:
-            json.dump({"next_id": self.next_id, "key_prefix": KEY_PREFIX}, f)
+            json.dump({"key_prefix": KEY_PREFIX, "id": ID_KIND}, f)
 
     def load(self, path: str) -> None:
-        self.buffer = ReplayBuffer.load(path, self.config)
+        """Restore the buffer; a row copied but not yet added when `path` was saved is not in it, and its key is
+        cleared by the caller, so ids continue from the buffer's count."""
         with open(path + ".store.json") as f:
-            self.next_id = int(json.load(f)["next_id"])
+            kind = json.load(f).get("id")
+        if kind != ID_KIND:
+            raise ValueError(
+                f"{path}.store.json: stored rows are keyed by {kind or 'a counter of the store'}, this version keys "
+                f"them by {ID_KIND}; resume with the grpo-replay version that saved it, or start anew")
+        self.buffer = ReplayBuffer.load(path, self.config)
+        self.next_id = self.buffer.next_seq
 
     def files(self, path: str) -> list[str]:
         return [path + s for s in (".json", ".npz", ".store.json")]
-
-
-def _empty_view() -> RolloutBatch:
-    z = torch.zeros(0, 1, dtype=torch.long)
-    return RolloutBatch.fresh(
-        prompt_ids=z, prompt_mask=z, completion_ids=z, completion_mask=z, behaviour_logps=torch.zeros(0, 1),
-        advantages=torch.zeros(0), rewards=torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long),
-        group_std=torch.zeros(0), step=0,
-    )
 
 
 def tq_row_nbytes(data: Any) -> int:
