@@ -4,6 +4,7 @@ import json
 import yaml
 
 from grpo_replay.app import configio
+from grpo_replay.trainer import checkpoint
 from grpo_replay.trainer.rundir import RunDir, claim, config_diff
 from grpo_replay.trainer.train_config import resolve
 
@@ -46,3 +47,47 @@ def test_claim_yields_the_run_dir_that_writes_its_logs_and_summary(tmp_path, tin
         written = run.write_summary({"steps": 2})
         assert json.loads((tmp_path / "run" / "summary.json").read_text()) == written == run.read_summary()
         assert "provenance" in written
+
+
+def _complete_checkpoint(run_dir, step, config_yaml=None):
+    ckpt = run_dir / f"ckpt-{step:06d}"
+    ckpt.mkdir(parents=True)
+    if config_yaml is not None:
+        (ckpt / checkpoint.CONFIG).write_text(config_yaml)
+    (ckpt / checkpoint.DONE).write_text(json.dumps({"step": step}))
+    return ckpt
+
+
+def test_history_reads_what_earlier_runs_left_in_one_record(tmp_path, tiny_overrides):
+    run = RunDir(tmp_path / "run")
+    assert not run.history().has_results and run.history().done == 0  # a directory that does not exist yet
+    run.path.mkdir()
+    (run / "ckpt-000009.tmp").mkdir()  # an interrupted write: not a checkpoint
+    _complete_checkpoint(run.path, 2)
+    _complete_checkpoint(run.path, 4)
+    (run / "ckpt-000006").mkdir()  # no DONE file: incomplete, passed over
+    for name in ("checkpoint-3", "checkpoint-7", "checkpoint-x"):  # TRL's own; a non-numbered one counts as results
+        (run / name).mkdir()
+    past = run.history()
+    assert [p.name for p in run.checkpoints()] == ["ckpt-000002", "ckpt-000004"]
+    assert (past.checkpoint_step, past.trl_checkpoint_steps, past.summary_steps) == (4, (3, 7), 0)
+    assert past.has_results and past.resumable == 7 and past.done == 7
+    run.write_summary({"steps": 11})
+    assert run.history().done == 11 and run.history().resumable == 7
+
+
+def test_saved_config_is_the_newest_readable_checkpoints_else_config_yaml(tmp_path, tiny_overrides):
+    import pytest
+
+    from grpo_replay.trainer.rundir import RunDirError
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    _complete_checkpoint(run.path, 1)
+    with pytest.raises(RunDirError, match="no config.yaml"):
+        run.saved_config()
+    (run / "config.yaml").write_text(resolve({**tiny_overrides, "seed": 5}).to_yaml())
+    assert run.saved_config().seed == 5  # the checkpoint carries none: config.yaml
+    _complete_checkpoint(run.path, 2, resolve({**tiny_overrides, "seed": 6}).to_yaml())
+    _complete_checkpoint(run.path, 3, "{not: [valid")  # unreadable: passed over, like the resume passes it
+    assert run.saved_config().seed == 6

@@ -112,12 +112,12 @@ def load_results(run_dir: Path, bs: BenchSettings) -> Optional[dict[str, dict]]:
 
 def final_model_dir(run_dir: Path) -> Optional[Path]:
     """The trained model of a finished run: TRL's `final/`, else the built-in trainer's last checkpoint's `model/`."""
-    from ..trainer.checkpoint import latest
+    from ..trainer.rundir import RunDir
 
     run_dir = Path(run_dir)
     if (run_dir / "final" / "config.json").exists():
         return run_dir / "final"
-    ckpt = latest(run_dir)
+    ckpt = RunDir(run_dir).latest_checkpoint()
     return ckpt / "model" if ckpt is not None and (ckpt / "model" / "config.json").exists() else None
 
 

@@ -27,7 +27,9 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
+
+import yaml
 
 from .. import __version__
 from ..app import configio, jsonl
@@ -116,72 +118,55 @@ def config_diff(saved, requested) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k not in RESUMABLE_KEYS and a.get(k) != b.get(k)}
 
 
-def _check_resume(cfg, run_dir: Path) -> int:
+def _check_resume(cfg, run: "RunDir") -> int:
     """Refuse a resume that would mix two runs; returns the steps the run has done (0 for a new run)."""
-    ckpt = checkpoint.latest(run_dir)
-    has_results = (ckpt or (run_dir / "summary.json").is_file() or (run_dir / "trl_summary.json").is_file()
-                   or any(run_dir.glob("checkpoint-*")))  # TRL's own checkpoints (--backend trl with a real model)
-    if not has_results:
+    past = run.history()
+    if not past.has_results:
         # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
         return 0
-    diff = config_diff(_saved_config(run_dir), cfg)
+    diff = config_diff(run.saved_config(), cfg)
     if diff:
         lines = "\n".join(f"  {k}: {old!r} (run) -> {new!r} (requested)" for k, (old, new) in diff.items())
         raise RunDirError(
-            f"{run_dir} holds a run made with a different config; resuming it would mix two runs. Keys that differ:\n"
+            f"{run} holds a run made with a different config; resuming it would mix two runs. Keys that differ:\n"
             f"{lines}\nOnly these keys may change on resume: {', '.join(RESUMABLE_KEYS)}. "
             f"To run the new config, give a new directory: --out NEWDIR"
         )
-    resumable = max([int(ckpt.name.split("-")[1]) if ckpt is not None else 0, *_trl_checkpoint_steps(run_dir)])
-    done = max(resumable, _summary_steps(run_dir))
-    if cfg.steps < done:
+    if cfg.steps < past.done:
         raise RunDirError(
-            f"TrainConfig.steps={cfg.steps} is below the {done} steps the run in {run_dir} has already done; "
-            f"allowed: steps >= {done} (or --out NEWDIR for a new run)"
+            f"TrainConfig.steps={cfg.steps} is below the {past.done} steps the run in {run} has already done; "
+            f"allowed: steps >= {past.done} (or --out NEWDIR for a new run)"
         )
-    if cfg.steps > done > resumable:  # a finished run without a checkpoint at its end (TRL with checkpoint_every=0)
+    if cfg.steps > past.done > past.resumable:  # a finished run without a checkpoint at its end (TRL, checkpoint_every=0)
         raise RunDirError(
-            f"TrainConfig.steps={cfg.steps}: the run in {run_dir} finished its {done} steps without a checkpoint at "
-            f"step {done}, so it cannot be continued; allowed: steps = {done} (or --out NEWDIR for a new run)"
+            f"TrainConfig.steps={cfg.steps}: the run in {run} finished its {past.done} steps without a checkpoint at "
+            f"step {past.done}, so it cannot be continued; allowed: steps = {past.done} (or --out NEWDIR for a new run)"
         )
-    return done
+    return past.done
 
 
-def _trl_checkpoint_steps(run_dir: Path) -> list[int]:
-    """Steps of TRL's own checkpoints (`checkpoint-N`, --backend trl): a resume continues from the newest."""
-    return [int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[1].isdigit()]
+class RunHistory(NamedTuple):
+    """What a run directory holds from earlier runs, read in one pass (`RunDir.history`)."""
 
+    has_checkpoint: bool  # a complete built-in checkpoint `ckpt-<step>/`
+    checkpoint_step: int  # the newest one's step (0: none)
+    trl_checkpoint_steps: tuple[int, ...]  # TRL's own `checkpoint-N` folders (--backend trl with a real model)
+    summary_steps: int  # the steps a finished run's summary.json records (0: none, or unreadable)
+    has_summary: bool  # summary.json or trl_summary.json exists (readable or not)
+    has_trl_entries: bool  # anything named checkpoint-* (TRL's, complete or not)
 
-def _summary_steps(run_dir: Path) -> int:
-    """The steps a finished run's summary.json records (0 when there is none or it cannot be read)."""
-    steps = (RunDir(run_dir).read_summary() or {}).get("steps", 0)
-    return steps if isinstance(steps, int) else 0
+    @property
+    def has_results(self) -> bool:
+        return self.has_checkpoint or self.has_summary or self.has_trl_entries
 
+    @property
+    def resumable(self) -> int:
+        """The step a resume continues from (its newest checkpoint of either kind)."""
+        return max(self.checkpoint_step, *self.trl_checkpoint_steps, 0)
 
-def _saved_config(run_dir: Path):
-    """The config a run with results was made with: the one its newest readable checkpoint carries (what a resume
-    continues), else its config.yaml; a run with neither is refused, since a resume could not be checked."""
-    from .train_config import resolve
-
-    for ckpt in reversed(checkpoint.list_checkpoints(run_dir)):
-        try:
-            text = checkpoint.saved_config(ckpt)
-        except checkpoint.DamagedCheckpoint:
-            continue  # the resume falls back past it too, and names it
-        if text is not None:
-            try:
-                return resolve(configio.flatten(configio.yaml_load(text)))
-            except (ValueError, TypeError, RecursionError, AttributeError):
-                continue
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise RunDirError(
-            f"{run_dir} holds a run's results but no config.yaml (and no checkpoint carrying its {checkpoint.CONFIG}), so a resume "
-            f"cannot be checked against the config it was made with; restore {path} or give another --out")
-    try:
-        return resolve(yaml_path=str(path))
-    except (ValueError, TypeError, RecursionError) as e:
-        raise RunDirError(f"{run_dir} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
+    @property
+    def done(self) -> int:
+        return max(self.resumable, self.summary_steps)
 
 
 def holds_run(directory: Path) -> bool:
@@ -310,8 +295,54 @@ class RunDir:
         jsonl.truncate(self.metrics, step)
         jsonl.truncate(self.evals, step)
 
+    def checkpoints(self) -> list[Path]:
+        """The complete built-in checkpoints `ckpt-<step>/`, oldest first."""
+        return checkpoint.list_checkpoints(self.path)
+
     def latest_checkpoint(self) -> Optional[Path]:
         return checkpoint.latest(self.path)
+
+    def history(self) -> RunHistory:
+        """What earlier runs left here: checkpoints of both trainers and the summary (`RunHistory`)."""
+        newest = self.latest_checkpoint()
+        trl = sorted(int(p.name.split("-")[1]) for p in self.path.glob("checkpoint-*")
+                     if p.is_dir() and p.name.split("-")[1].isdigit())
+        steps = (self.read_summary() or {}).get("steps", 0)
+        return RunHistory(
+            has_checkpoint=newest is not None,
+            checkpoint_step=int(newest.name.split("-")[1]) if newest is not None else 0,
+            trl_checkpoint_steps=tuple(trl),
+            summary_steps=steps if isinstance(steps, int) else 0,
+            has_summary=self.summary.is_file() or (self.path / "trl_summary.json").is_file(),
+            has_trl_entries=any(self.path.glob("checkpoint-*")),
+        )
+
+    def saved_config(self):
+        """The `TrainConfig` a run with results was made with: the one its newest readable checkpoint carries (what
+        a resume continues), else its config.yaml; a run with neither is refused, since a resume could not be
+        checked."""
+        from .train_config import resolve
+
+        for ckpt in reversed(self.checkpoints()):
+            try:
+                text = checkpoint.saved_config(ckpt)
+            except checkpoint.DamagedCheckpoint:
+                continue  # the resume falls back past it too, and names it
+            if text is not None:
+                try:
+                    return resolve(configio.flatten(configio.yaml_load(text)))
+                except (ValueError, TypeError, RecursionError, AttributeError, yaml.YAMLError):
+                    continue  # damaged, like an unreadable file
+        path = self.path / "config.yaml"
+        if not path.is_file():
+            raise RunDirError(
+                f"{self} holds a run's results but no config.yaml (and no checkpoint carrying its {checkpoint.CONFIG}), "
+                f"so a resume cannot be checked against the config it was made with; restore {path} or give another "
+                f"--out")
+        try:
+            return resolve(yaml_path=str(path))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise RunDirError(f"{self} holds a run whose config.yaml cannot be read ({e}); use another --out") from None
 
     def load_checkpoint(self, *live, drift=None) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
         """`checkpoint.load_latest` into the live model, optimizer, scheduler, buffer and prompt_rng."""
@@ -325,7 +356,7 @@ class RunDir:
             return checkpoint.save(self.path, step, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, state,
                                    keep=keep, drift=drift, config_yaml=config_yaml)
         except OSError as e:
-            prev = checkpoint.latest(self.path)
+            prev = self.latest_checkpoint()
             intact = f"previous checkpoint {prev.name} is intact" if prev else "there is no previous checkpoint"
             todo = "Free disk space, then rerun" if e.errno == errno.ENOSPC else "Rerun"
             raise CheckpointError(
@@ -361,7 +392,8 @@ def claim(cfg) -> Iterator[RunDir]:
     run_dir = cfg.run_dir
     check_path(cfg.out_dir, run_dir)
     _refuse_foreign(run_dir)
-    _check_resume(cfg, run_dir)  # before writing anything, even the lock's pid; again under the lock below
+    run = RunDir(run_dir)
+    _check_resume(cfg, run)  # before writing anything, even the lock's pid; again under the lock below
     created = not run_dir.exists()
     lock = run_dir / LOCK
     try:
@@ -372,7 +404,7 @@ def claim(cfg) -> Iterator[RunDir]:
     try:
         _lock(fd, lock, f"{run_dir} is in use by another grpo-replay run")
         try:
-            done = _check_resume(cfg, run_dir)  # under the lock: no other run can change config.yaml meanwhile
+            done = _check_resume(cfg, run)  # under the lock: no other run can change config.yaml meanwhile
         except RunDirError:
             if created:
                 os.unlink(lock)
@@ -392,6 +424,6 @@ def claim(cfg) -> Iterator[RunDir]:
                 file=sys.stderr,
                 flush=True,
             )
-        yield RunDir(run_dir)
+        yield run
     finally:
         os.close(fd)  # closing the descriptor releases the lock
