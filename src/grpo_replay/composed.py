@@ -21,10 +21,10 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from .rollout import _TOKEN_FIELDS, RolloutBatch, _unchecked, cat_buffer_seq
+from .rollout import TOKEN_FIELDS, RolloutBatch, cat_buffer_seq, unchecked_batch
 
 _FIELDS = dataclasses.fields(RolloutBatch)
-_ROW_FIELDS = tuple(f.name for f in _FIELDS if f.name not in _TOKEN_FIELDS)
+_ROW_FIELDS = tuple(f.name for f in _FIELDS if f.name not in TOKEN_FIELDS)
 
 
 class ComposedBatch(RolloutBatch):
@@ -42,7 +42,7 @@ class ComposedBatch(RolloutBatch):
             raise ValueError("ComposedBatch: ref_logps present in some batches but not all")
         # Own shallow copies: reassigning a field of the caller's batch later does not change this one.
         # (Copied attribute by attribute, not through the constructor: the batches were checked when made.)
-        self.parts = tuple(_unchecked({f.name: getattr(p, f.name) for f in _FIELDS}) for p in parts)
+        self.parts = tuple(unchecked_batch({f.name: getattr(p, f.name) for f in _FIELDS}) for p in parts)
         self._dense: Optional[RolloutBatch] = None
         for name in _ROW_FIELDS:
             ts = [getattr(p, name) for p in self.parts]
@@ -106,5 +106,5 @@ def _token_field(name: str) -> property:
     return property(get)
 
 
-for _name in _TOKEN_FIELDS:
+for _name in TOKEN_FIELDS:
     setattr(ComposedBatch, _name, _token_field(_name))

@@ -21,7 +21,7 @@ import torch
 
 from .composed import ComposedBatch
 from .registry import Registry
-from .rollout import RolloutBatch, _unchecked
+from .rollout import RolloutBatch, unchecked_batch
 
 Draw = Callable[[int], RolloutBatch]
 CompositionFn = Callable[[RolloutBatch, Draw, float, np.random.Generator], tuple[RolloutBatch, torch.Tensor]]
@@ -112,4 +112,4 @@ def groups_after(fresh: RolloutBatch, replay: RolloutBatch) -> RolloutBatch:
     rank = torch.empty_like(first)
     rank[torch.argsort(first)] = torch.arange(len(uniq))
     fields = {f.name: getattr(replay, f.name) for f in dataclasses.fields(RolloutBatch)}
-    return _unchecked({**fields, "group_ids": base + rank[inv]})
+    return unchecked_batch({**fields, "group_ids": base + rank[inv]})

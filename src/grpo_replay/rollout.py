@@ -56,7 +56,7 @@ class RolloutBatch:
                 continue
             if not isinstance(t, torch.Tensor):
                 raise ValueError(f"RolloutBatch.{f.name} must be a torch.Tensor, got {type(t).__name__}")
-            dim = 2 if f.name in _TOKEN_FIELDS else 1
+            dim = 2 if f.name in TOKEN_FIELDS else 1
             if t.dim() != dim:
                 what = "(B, width)" if dim == 2 else "(B,), one value per row"
                 raise ValueError(f"RolloutBatch.{f.name} must be {dim}-D {what}; got shape {tuple(t.shape)}")
@@ -119,10 +119,10 @@ class RolloutBatch:
         n = len(self)
         size = size or max(n, 1)
         if size >= n > 0:  # the whole batch: a shallow copy (slicing a dozen tensors costs ~50 us)
-            yield _unchecked({f.name: getattr(self, f.name) for f in dataclasses.fields(RolloutBatch)})
+            yield unchecked_batch({f.name: getattr(self, f.name) for f in dataclasses.fields(RolloutBatch)})
             return
         for i in range(0, n, size):
-            yield _unchecked({f.name: (None if (t := getattr(self, f.name)) is None else t[i : i + size])
+            yield unchecked_batch({f.name: (None if (t := getattr(self, f.name)) is None else t[i : i + size])
                               for f in dataclasses.fields(RolloutBatch)})
 
     def completion_width(self) -> int:
@@ -205,7 +205,7 @@ def cat_padded(
     return res
 
 
-_TOKEN_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps", "ref_logps")
+TOKEN_FIELDS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "behaviour_logps", "ref_logps")
 MAX_TOKEN_ID = 2**31 - 1  # the buffer stores token ids as int32
 
 
@@ -265,7 +265,7 @@ def _in_int32_range(ids: torch.Tensor) -> bool:
     return int(lo) >= 0 and int(hi) <= MAX_TOKEN_ID
 
 
-def _unchecked(fields: dict[str, Optional[torch.Tensor]]) -> RolloutBatch:
+def unchecked_batch(fields: dict[str, Optional[torch.Tensor]]) -> RolloutBatch:
     """A batch of these fields without `__post_init__`'s checks: for views and shallow copies of a batch that
     passed them (the checks cost more than the rest of a micro-batch's bookkeeping)."""
     out = object.__new__(RolloutBatch)

@@ -242,7 +242,7 @@ def execute(specs: list[RunSpec], jobs: int, progress: bool = True, poll_s: floa
 
 def _warm_starts(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress) -> None:
     """Compute (or load) each distinct warm start once, in parallel, before any run needs it."""
-    from ..tasks.testbed.warmstart import _is_complete
+    from ..tasks.testbed.warmstart import is_complete
     from ..trainer.train_config import resolve
 
     distinct: dict[str, dict] = {}
@@ -250,7 +250,7 @@ def _warm_starts(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress
         cfg = resolve(s.overrides)
         if cfg.reward == "testbed":
             distinct.setdefault(str(cfg.testbed.cache_path()), s.overrides)
-    missing = {k: ov for k, ov in distinct.items() if not _is_complete(Path(k))}
+    missing = {k: ov for k, ov in distinct.items() if not is_complete(Path(k))}
     if not missing:
         return
     prog.log(f"compare: computing {len(missing)} warm start(s) first")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .testbed_config import TestbedConfig, _validate
+from .testbed_config import TestbedConfig, validate_testbed
 from .tokenizer import BOS, EOS, PAD, build_tokenizer
 
 WORK_OPEN, WORK_CLOSE = "[", "]"
@@ -132,7 +132,7 @@ class TestbedTask:
 
     def __init__(self, cfg: TestbedConfig | None = None, tokenizer=None):
         self.cfg = cfg or TestbedConfig()
-        _validate(self.cfg)
+        validate_testbed(self.cfg)
         self.tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
         self.tokenizer.padding_side = "left"
         w = list(self.cfg.difficulty_weights)

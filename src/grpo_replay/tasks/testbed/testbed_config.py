@@ -151,7 +151,7 @@ class TestbedConfig:
         return float(self.working_prob[i])
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate_testbed(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -227,7 +227,7 @@ def _sized(width: int, warmstart_lr: float = 3e-3) -> dict:
     return dict(hidden_size=width, intermediate_size=3 * width, warmstart_lr=warmstart_lr)
 
 
-def _validate(cfg: TestbedConfig) -> None:
+def validate_testbed(cfg: TestbedConfig) -> None:
     if cfg.task not in TASKS:
         raise ValueError(f"TestbedConfig.task={cfg.task!r} is invalid; allowed: {', '.join(TASKS)}")
     if not 1 <= cfg.digits_min <= cfg.digits_max <= 9:

@@ -173,7 +173,7 @@ def load_cached(path: str | os.PathLike):
     return model, tokenizer, info
 
 
-def _is_complete(path: Path) -> bool:
+def is_complete(path: Path) -> bool:
     return (path / INFO_FILE).is_file() and (path / "model.safetensors").is_file()
 
 
@@ -186,7 +186,7 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
     """
     cfg = cfg or TestbedConfig()
     path = cfg.cache_path()
-    if not force and _is_complete(path):
+    if not force and is_complete(path):
         try:
             model, tokenizer, info = load_cached(path)
         except CorruptCacheError as e:
@@ -218,7 +218,7 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
         tokenizer.save_pretrained(tmp)
         info[WEIGHTS_SHA] = sha256_file(tmp / "model.safetensors")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=1))
-        if _is_complete(path) and not force:
+        if is_complete(path) and not force:
             # Another process (a parallel test worker, a second run) finished the same deterministic warm
             # start first: keep its copy, which others may be reading, and drop ours.
             shutil.rmtree(tmp, ignore_errors=True)
@@ -228,7 +228,7 @@ def warm_start(cfg: TestbedConfig | None = None, progress: bool = True, force: b
             os.replace(tmp, path)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not _is_complete(path):  # a concurrent writer may have won the race
+        if not is_complete(path):  # a concurrent writer may have won the race
             raise
     info.update(from_cache=False, cache_path=str(path))
     if progress:
