@@ -342,11 +342,11 @@ class RolloutStorage:
         names = ["comp_ids", "logps"] + (["ref"] if ref else [])
         if self.ragged is not None:
             comp = self.ragged.gather(names, slots, clen, C)
-        else:  # numpy's row gather of a column range (one copy) beats torch.index_select on a column slice
-            comp = {k: self.arena[k][slots, :C] for k in names}
+        else:
+            comp = {k: _row_gather(self.arena[k], slots, 0, C) for k in names}
         col = self._cols
         return {
-            "prompt_ids": self.prompt_ids[slots, Wp - P : Wp],
+            "prompt_ids": _row_gather(self.prompt_ids, slots, Wp - P, Wp),
             "prompt_mask": prefix_rows(plen, P, right=True),
             "completion_ids": comp["comp_ids"],
             "completion_mask": self.masks(slots, C),
@@ -466,6 +466,15 @@ class RolloutStorage:
                 self.arena[k][slots] = repad(state[k], clen, widths[k], dt, left=False)
         self._rebuild_tree()
         self.births.rebuild(slots, self._cols["birth_step"][slots])
+
+
+def _row_gather(arena: np.ndarray, slots: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """arena[slots, lo:hi] as a new (len(slots), hi - lo) array: `np.take` of whole rows when the range is the
+    arena's width (3-4x faster than an index-and-slice gather on narrow rows), else numpy's row gather of the
+    column range (one copy; it beats torch.index_select on a column slice)."""
+    if lo == 0 and hi == arena.shape[1]:
+        return np.take(arena, slots, axis=0)
+    return arena[slots, lo:hi]
 
 
 def _completion_rows(completion: dict[str, Optional[np.ndarray]]) -> dict[str, Optional[np.ndarray]]:
