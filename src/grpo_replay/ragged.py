@@ -39,18 +39,16 @@ class RaggedArena:
         self.dtypes = {k: np.dtype(dt) for k, dt in dtypes.items()}
         self.fields: dict[str, np.ndarray] = {}
         self.cap = positions
-        self.start = np.zeros(slots, np.int64)
-        self.run = np.full(slots, -1, np.int32)
+        self.start, self.run = _slot_block(slots)
         self._runs: dict[int, list[int]] = {}
         self._order: deque[int] = deque()
         self._next_run = 0
 
     # --- slots and space ------------------------------------------------------------------------------
     def resize_slots(self, slots: int) -> None:
-        for name, fill in (("start", 0), ("run", -1)):
-            a = np.full(slots, fill, getattr(self, name).dtype)
-            a[: len(getattr(self, name))] = getattr(self, name)
-            setattr(self, name, a)
+        start, run = _slot_block(slots)
+        start[: len(self.start)], run[: len(self.run)] = self.start, self.run
+        self.start, self.run = start, run
 
     def _field(self, name: str) -> np.ndarray:
         if name not in self.fields:
@@ -74,7 +72,7 @@ class RaggedArena:
         kept = [r for r in self._order if self._runs[r][2] > 0]
         live = sum(self._runs[r][1] - self._runs[r][0] for r in kept)
         cap = max(self.cap + self.cap // 4, live + 2 * total, 1024)  # geometric: amortised O(1) a position
-        moved = {name: np.zeros(cap, old.dtype) for name, old in self.fields.items()}
+        moved = _field_block({name: old.dtype for name, old in self.fields.items()}, cap)
         shift = np.zeros(self._next_run, np.int64)
         at = 0
         for r in kept:
@@ -174,3 +172,25 @@ class RaggedArena:
 
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.fields.values()) + self.start.nbytes + self.run.nbytes)
+
+
+def _slot_block(slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start (slots,) int64 zeros, run (slots,) int32 of -1) as views into one allocation: one large block is
+    mapped by the allocator on its own and handed back whole when it is replaced (two arrays of a few MB each
+    would stay in its heap)."""
+    block = np.zeros(12 * slots, np.uint8)
+    start, run = block[: 8 * slots].view(np.int64), block[8 * slots :].view(np.int32)
+    run[:] = -1
+    return start, run
+
+
+def _field_block(dtypes: dict[str, Any], cap: int) -> dict[str, np.ndarray]:
+    """Zeroed (cap,) arrays of these dtypes as views into one allocation (widest first: every view aligned)."""
+    names = sorted(dtypes, key=lambda k: -np.dtype(dtypes[k]).itemsize)
+    block = np.zeros(cap * sum(np.dtype(dtypes[k]).itemsize for k in names), np.uint8)
+    out, at = {}, 0
+    for k in names:
+        n = cap * np.dtype(dtypes[k]).itemsize
+        out[k] = block[at : at + n].view(dtypes[k])
+        at += n
+    return out
