@@ -2,7 +2,7 @@
 rows written into (and rebuilt from) fixed-width arenas. No per-row Python work anywhere."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -110,6 +110,20 @@ def packed_lengths(packed: np.ndarray, width: int) -> np.ndarray:
     last8 = packed.reshape(n, nw, 8)[rows, word]  # (n, 8) bytes of that word, in position order
     byte = 7 - np.argmax(last8[:, ::-1] != 0, axis=1)
     return np.where(nz.any(1), 8 * (8 * word + byte) + _LAST_BIT[last8[rows, byte]], 0)
+
+
+def one_allocation(kinds: list[tuple[str, Any, int]]) -> dict[str, np.ndarray]:
+    """name -> zeroed (count,) array of dtype, for each (name, dtype, count) of `kinds`, all views into one
+    allocation (widest dtype first, so every view stays aligned): one large block is mapped by the allocator on
+    its own and handed back to the system whole when it is replaced, where separate arrays of a few MB each
+    would stay in its heap."""
+    kinds = sorted(((k, np.dtype(dt), m) for k, dt, m in kinds), key=lambda k: -k[1].itemsize)
+    block = np.zeros(sum(dt.itemsize * m for _, dt, m in kinds), np.uint8)
+    views, at = {}, 0
+    for k, dt, m in kinds:
+        views[k] = block[at : at + dt.itemsize * m].view(dt)
+        at += dt.itemsize * m
+    return views
 
 
 def resize_rows(a: np.ndarray, rows: int) -> np.ndarray:

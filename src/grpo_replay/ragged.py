@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .padding import prefix_rows
+from .padding import one_allocation, prefix_rows
 
 LONG_ROWS = 64
 """Mean positions per row from which rows are copied one slice each (measured: at 1-2k positions a row the
@@ -72,7 +72,7 @@ class RaggedArena:
         kept = [r for r in self._order if self._runs[r][2] > 0]
         live = sum(self._runs[r][1] - self._runs[r][0] for r in kept)
         cap = max(self.cap + self.cap // 4, live + 2 * total, 1024)  # geometric: amortised O(1) a position
-        moved = _field_block({name: old.dtype for name, old in self.fields.items()}, cap)
+        moved = one_allocation([(name, old.dtype, cap) for name, old in self.fields.items()])
         shift = np.zeros(self._next_run, np.int64)
         at = 0
         for r in kept:
@@ -175,22 +175,7 @@ class RaggedArena:
 
 
 def _slot_block(slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start (slots,) int64 zeros, run (slots,) int32 of -1) as views into one allocation: one large block is
-    mapped by the allocator on its own and handed back whole when it is replaced (two arrays of a few MB each
-    would stay in its heap)."""
-    block = np.zeros(12 * slots, np.uint8)
-    start, run = block[: 8 * slots].view(np.int64), block[8 * slots :].view(np.int32)
-    run[:] = -1
-    return start, run
-
-
-def _field_block(dtypes: dict[str, Any], cap: int) -> dict[str, np.ndarray]:
-    """Zeroed (cap,) arrays of these dtypes as views into one allocation (widest first: every view aligned)."""
-    names = sorted(dtypes, key=lambda k: -np.dtype(dtypes[k]).itemsize)
-    block = np.zeros(cap * sum(np.dtype(dtypes[k]).itemsize for k in names), np.uint8)
-    out, at = {}, 0
-    for k in names:
-        n = cap * np.dtype(dtypes[k]).itemsize
-        out[k] = block[at : at + n].view(dtypes[k])
-        at += n
-    return out
+    """(start (slots,) int64 zeros, run (slots,) int32 of -1), in one allocation (`one_allocation`)."""
+    views = one_allocation([("start", np.int64, slots), ("run", np.int32, slots)])
+    views["run"][:] = -1
+    return views["start"], views["run"]

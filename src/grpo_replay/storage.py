@@ -35,8 +35,8 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from .births import BirthIndex
-from .padding import (EncodedRows, RowWriter, encode_rows, pack_mask, packed_width, prefix_lengths, prefix_rows, repad,
-                      resize_rows)
+from .padding import (EncodedRows, RowWriter, encode_rows, one_allocation, pack_mask, packed_width, prefix_lengths,
+                      prefix_rows, repad, resize_rows)
 from .ragged import RaggedArena
 from .sumtree import SumTree
 from .sumtree import capacity as tree_capacity
@@ -488,17 +488,12 @@ def _completion_rows(completion: dict[str, Optional[np.ndarray]]) -> dict[str, O
 
 def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(the eager `COLUMNS`, valid, dense, the free-slot stack (int32), the sum tree's nodes, whose leaves are
-    the weight column) for n slots, zeros, as views into one allocation: large, so the allocator maps it on its own and returns it to the
-    system whole when the storage grows past it (separate arrays of a few MB each would stay in its heap)."""
-    kinds = [(k, np.dtype(dt), n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
-    kinds += [("free", np.dtype(np.int32), n), ("tree", np.dtype(np.float64), 2 * tree_capacity(n)),
-              ("valid", np.dtype(bool), n), ("dense", np.dtype(bool), n)]
-    kinds.sort(key=lambda k: -k[1].itemsize)  # widest first: every view stays aligned
-    block = np.zeros(sum(dt.itemsize * m for _, dt, m in kinds), np.uint8)
-    views, at = {}, 0
-    for k, dt, m in kinds:
-        views[k] = block[at : at + dt.itemsize * m].view(dt)
-        at += dt.itemsize * m
+    the weight column) for n slots, zeros, as views into one allocation (`one_allocation`: handed back whole
+    when the storage grows past it)."""
+    kinds = [(k, dt, n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
+    kinds += [("free", np.int32, n), ("tree", np.float64, 2 * tree_capacity(n)), ("valid", bool, n),
+              ("dense", bool, n)]
+    views = one_allocation(kinds)
     tree = views.pop("tree")
     views["weight"] = tree[tree_capacity(n) : tree_capacity(n) + n]  # the tree's leaves are the weight column
     return views, views.pop("valid"), views.pop("dense"), views.pop("free"), tree

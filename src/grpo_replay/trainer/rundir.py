@@ -305,8 +305,8 @@ class RunDir:
     def history(self) -> RunHistory:
         """What earlier runs left here: checkpoints of both trainers and the summary (`RunHistory`)."""
         newest = self.latest_checkpoint()
-        trl = sorted(int(p.name.split("-")[1]) for p in self.path.glob("checkpoint-*")
-                     if p.is_dir() and p.name.split("-")[1].isdigit())
+        trl_entries = list(self.path.glob("checkpoint-*"))
+        trl = sorted(int(p.name.split("-")[1]) for p in trl_entries if p.is_dir() and p.name.split("-")[1].isdigit())
         steps = (self.read_summary() or {}).get("steps", 0)
         return RunHistory(
             has_checkpoint=newest is not None,
@@ -314,7 +314,7 @@ class RunDir:
             trl_checkpoint_steps=tuple(trl),
             summary_steps=steps if isinstance(steps, int) else 0,
             has_summary=self.summary.is_file() or (self.path / "trl_summary.json").is_file(),
-            has_trl_entries=any(self.path.glob("checkpoint-*")),
+            has_trl_entries=bool(trl_entries),
         )
 
     def saved_config(self):
