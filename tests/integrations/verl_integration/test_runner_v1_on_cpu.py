@@ -73,11 +73,9 @@ def _main(*overrides):
         ("replay.priority=bogus", "priority"),
         ("transfer_queue.backend.SimpleStorage.total_storage_size=100",
          "transfer_queue.backend.SimpleStorage.total_storage_size=100 cannot hold"),
-        # no age bound: the capacity bounds the stored rows (this was a TypeError on tau_max + 1)
-        ("transfer_queue.backend.SimpleStorage.total_storage_size=100 replay.tau_max=null",
-         "cannot hold up to 30000 stored replay rows"),
+        # stored rows live in the row store: only an update's replay rows (no age bound here) take room in it
         ("transfer_queue.backend.SimpleStorage.total_storage_size=100 replay.tau_max=null replay.capacity=null",
-         "cannot bound a buffer with replay.tau_max=null and replay.capacity=null"),
+         "replay rows of an update (replay.replay_ratio * train_batch_size * rollout.n) plus"),
     ],
 )
 def test_main_refuses_bad_settings_with_exit_2_before_ray(override, message):

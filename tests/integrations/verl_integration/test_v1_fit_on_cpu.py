@@ -3,9 +3,11 @@ is faked).
 
 One Ray cluster (4 CPUs) and one TransferQueue (2 storage units) for the module; each run gets a TransferQueue
 emptied first, as a fresh process would have. Checked at the loss (the fake actor records every row it trains on):
-replay rows' old log-probs / advantages / rollout log-probs (and router-replay, distillation and multi-modal fields)
-are bit-identical to what the same row carried when it was trained fresh, ages lie in [1, tau_max] versions, the replay share is as configured once warm, `replay=grpo` trains
-exactly as verl's own trainer of the mode, and a resume from a mid-run checkpoint continues the same draws.
+replay rows' old log-probs / advantages (and router-replay, distillation and multi-modal fields) are bit-identical
+to what the same row carried when it was trained fresh, they carry every field the actor update reads and no
+other, ages lie in [1, tau_max] versions, the replay share is as configured once warm, `replay=grpo` trains
+exactly as verl's own trainer of the mode, a resume from a mid-run checkpoint continues the same draws, and no
+stored row is in TransferQueue between updates (so neither verl's sampler nor its checkpoints hold one).
 """
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ tq = pytest.importorskip("transfer_queue")
 from v1_driver import FakeAgentLoop, run_fit, sampler_snapshot_bytes  # noqa: E402
 from v1_setup import MODES, RATIO, SHAPE, TAU, by_step, empty_tq, replay_cls, tq_cluster, v1_config  # noqa: E402,F401
 
-from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key, tq_row_nbytes  # noqa: E402
+from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key  # noqa: E402
 
-FIELDS = ("old_log_probs", "advantages", "rollout_log_probs", *FakeAgentLoop.EXTRA_FIELDS)
+FIELDS = ("old_log_probs", "advantages", *FakeAgentLoop.EXTRA_FIELDS)
+# what an update with replay rows hands the worker: the fields verl's actor update reads (of the fake agent loop's
+# rows), not its uid, prompt and agent-loop objects, rewards, rollout or recomputed log-probs, entropy or returns
+REPLAY_FIELDS = sorted(["input_ids", "position_ids", "prompts", "responses", "response_mask", "loss_mask",
+                        "old_log_probs", "advantages", *FakeAgentLoop.EXTRA_FIELDS])
 
 
 def same(a, b) -> bool:
@@ -34,10 +40,23 @@ def same(a, b) -> bool:
     return torch.equal(a, b)
 
 
+def spy_tq_checkpoints(monkeypatch) -> list:
+    """The store keys TransferQueue lists each time verl saves its checkpoint (the async modes)."""
+    seen, real = [], tq.save_checkpoint
+
+    def save_checkpoint(*a, **k):
+        seen.append([key for key in (tq.kv_list() or {}).get("train", {}) if is_store_key(key)])
+        return real(*a, **k)
+
+    monkeypatch.setattr(tq, "save_checkpoint", save_checkpoint)
+    return seen
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", MODES)
-def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
+def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode, monkeypatch):
     empty_tq()
+    tq_saves = spy_tq_checkpoints(monkeypatch)
     # extras: router replay, distillation and multi-modal fields on every row, carried with the stored row
     t = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO, "replay.filter_zero_variance=false",
                                             "trainer.max_actor_ckpt_to_keep=1"), extras=True)
@@ -65,7 +84,8 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
                 for f in FIELDS:
                     assert same(up["rows"][k][f], born[(st["step"], st["of"])][f]), (step, k, f)
                 seen_replay += 1
-            assert up["fields"] == steps[1][0]["fields"]  # replay rows carry exactly the fresh rows' fields
+            if replay:  # fresh and replay rows alike: the fields the update reads
+                assert up["fields"] == REPLAY_FIELDS, (step, up["fields"])
         assert "training/off_policy/trajectory_staleness/mean" in m
         assert m["perf/total_num_tokens"] == sum(tg["seq_len"] for up in us for tg in up["tags"])
         if step >= 2:
@@ -78,32 +98,26 @@ def test_v1_replay_rows_reach_the_loss_as_stored(tq_cluster, tmp_path, mode):
     replayed = [(up["rows"][k], tag[STORE_TAG]) for us in steps.values() for up in us
                 for k, tag in zip(up["keys"], up["tags"]) if is_store_key(k)]
     for r, st in replayed:
-        assert torch.equal(r["old_log_probs"], r["rollout_log_probs"]) == (st["step"] == st["birth"])
+        rollout = t.agent_loop.rollout_log_probs[st["of"]]
+        assert torch.equal(r["old_log_probs"], rollout) == (st["step"] == st["birth"])
     assert any(st["step"] != st["birth"] for _, st in replayed) == (mode != "sync")
-    # max_actor_ckpt_to_keep=1: only the newest step folder keeps the buffer and the stored rows, ours in sync
-    # mode, verl's TransferQueue checkpoint (which holds them) in the async modes
+    # max_actor_ckpt_to_keep=1: only the newest step folder keeps the buffer and its stored rows
     old, new = tmp_path / "ckpt" / "global_step_3", tmp_path / "ckpt" / "global_step_6"
-    assert not list(old.glob("replay_*")) and (new / "replay_buffer.store.json").exists()
-    assert not (old / "transfer_queue").exists() and (old / "data.pt").exists()
-    assert (new / "replay_transfer_queue").exists() == (mode == "sync")
-    assert (new / "transfer_queue").exists() == (mode != "sync")
-    # where the stored rows live: scalars in this process, token tensors in TransferQueue's storage units
-    listed = tq.kv_list("train")["train"]
-    stored = [k for k in listed if is_store_key(k)]
-    assert len(stored) == len(t.replay_store.buffer)
-    assert {f"grpo-replay-{i}" for i in t.replay_store.live_ids()} == set(stored)  # a buffer row names its key
-    row = tq.kv_batch_get(keys=stored[:1], partition_id="train")
+    assert not list(old.glob("replay_*")) and (old / "data.pt").exists()
+    assert (new / "replay_buffer.store.json").exists() and (new / "replay_buffer.rows.pt").exists()
+    # verl's own TransferQueue checkpoints (async modes) were written when no stored row was in TransferQueue
+    assert tq_saves == ([[], []] if mode != "sync" else []), tq_saves
+    # where the stored rows live: scalars in this process, the rows in the row store's actor; none in
+    # TransferQueue, so verl's sampler (it lists every key of every partition on each poll) never copies one
+    assert not [k for k in tq.kv_list("train")["train"] if is_store_key(k)]
+    assert t.replay_store.rows.ids().tolist() == sorted(t.replay_store.live_ids().tolist())  # a row per buffer row
     st = t.replay_store.buffer.storage
     assert set(st.arena_widths().values()) == {0}  # payload-free: no token arena holds anything
-    # verl's sampler, in the same process, snapshots every key's tag on each poll: stored rows included
-    with_rows = sampler_snapshot_bytes(t.replay_buffer)
-    tq.kv_clear(keys=stored, partition_id="train")
-    without = sampler_snapshot_bytes(t.replay_buffer)
-    kept, peak = ((a - b) / len(stored) for a, b in zip(with_rows, without))
-    assert 0 < kept <= peak
-    print(f"bytes per stored row slot in the trainer process: {st.nbytes() / st.slots:.0f} (arenas + columns), "
-          f"plus {kept:.0f} kept ({peak:.0f} at the peak of a poll) by verl's sampler ({len(stored)} rows); "
-          f"in TransferQueue: {tq_row_nbytes(row)} of tensor fields (this toy row)")
+    with_rows, _ = sampler_snapshot_bytes(t.replay_buffer)
+    n = len(t.replay_store.buffer)
+    print(f"bytes per stored row in the trainer process: {st.nbytes() / st.slots:.0f} (buffer arenas + columns; "
+          f"verl's sampler keeps {with_rows} B for the whole poll, no stored key in it); in the row store: "
+          f"{t.replay_store.rows.nbytes() / n:.0f} B of encoded tensors ({n} rows, this toy row)")
 
 
 @pytest.mark.timeout(900)
@@ -124,7 +138,8 @@ def test_v1_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path, mode):
     assert torch.equal(plain.model.table, grpo.model.table)
     assert not any(is_store_key(k) for u in grpo.actor_rollout_wg.updates for k in u["keys"])
     listed = (tq.kv_list("train") or {}).get("train", {})
-    assert not [k for k in listed if is_store_key(k)]  # replay off: no row is copied into TransferQueue
+    assert not [k for k in listed if is_store_key(k)]  # replay off: nothing is stored anywhere
+    assert len(grpo.replay_store.rows.ids()) == 0 and type(grpo.replay_store.rows).__name__ == "RowStore"
 
 
 @pytest.mark.timeout(900)
@@ -133,9 +148,7 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
     empty_tq()
     full = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO))
     folder = tmp_path / "ckpt" / "global_step_3"
-    # sync: verl saves no TransferQueue state, the stored rows go to replay_transfer_queue/; async: verl's own
-    tq_dir = "replay_transfer_queue" if mode == "sync" else "transfer_queue"
-    assert (folder / "replay_buffer.npz").exists() and (folder / tq_dir).exists()
+    assert (folder / "replay_buffer.npz").exists() and (folder / "replay_buffer.rows.pt").exists()
     keep = tmp_path / "copy" / "global_step_3"
     shutil.copytree(folder, keep)
     empty_tq()
@@ -156,6 +169,20 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
     assert n_replayed > 0
     assert torch.equal(full.model.table, resumed.model.table)
 
+    rows = (keep / "replay_buffer.rows.pt").read_bytes()  # a damaged row file: named, before any step
+    (keep / "replay_buffer.rows.pt").write_bytes(rows[: len(rows) // 3])
+    empty_tq()
+    with pytest.raises(ValueError, match=r"replay_buffer\.rows\.pt: not a readable replay row file"):
+        run_fit(replay_cls(mode), v1_config(tmp_path / "damaged", mode, *RATIO, "trainer.resume_mode=resume_path",
+                                            f"trainer.resume_from_path={keep}"))
+    (keep / "replay_buffer.rows.pt").write_bytes(rows)
+    layout = (keep / "replay_buffer.store.json").read_text()  # as a version that kept them in TransferQueue wrote it
+    (keep / "replay_buffer.store.json").write_text('{"key_prefix": "grpo-replay-", "id": "buffer_seq"}')
+    empty_tq()
+    with pytest.raises(ValueError, match=r"keeps its stored rows in TransferQueue.*allow_empty_resume"):
+        run_fit(replay_cls(mode), v1_config(tmp_path / "older", mode, *RATIO, "trainer.resume_mode=resume_path",
+                                            f"trainer.resume_from_path={keep}"))
+    (keep / "replay_buffer.store.json").write_text(layout)
     os.remove(keep / "replay_buffer.npz")
     empty_tq()
     with pytest.raises(FileNotFoundError, match=r"replay_buffer\.npz.*allow_empty_resume"):
@@ -167,20 +194,21 @@ def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mod
                     uid_start=full.names_used[3])
     first = by_step(empty)[4]
     assert not any(is_store_key(k) for u in first for k in u["keys"])  # the buffer starts empty ...
-    # ... and the stored rows restored with verl's TransferQueue checkpoint (async modes) were cleared, not leaked
-    live = {f"grpo-replay-{i}" for i in empty.replay_store.live_ids()}
-    assert {k for k in tq.kv_list("train")["train"] if is_store_key(k)} == live
+    # ... and holds only the rows stored since, each in the row store, none in TransferQueue
+    assert empty.replay_store.rows.ids().tolist() == sorted(empty.replay_store.live_ids().tolist())
+    assert len(empty.replay_store.buffer) > 0
+    assert not [k for k in tq.kv_list("train")["train"] if is_store_key(k)]
 
 
 @pytest.mark.timeout(900)
-def test_v1_max_uses_replays_each_stored_row_once_and_clears_it_after_the_update(tq_cluster, tmp_path):
+def test_v1_max_uses_replays_each_stored_row_once_and_drops_it_after_the_update(tq_cluster, tmp_path):
     empty_tq()
     t = run_fit(replay_cls("sync"), v1_config(tmp_path, "sync", *RATIO, "replay.filter_zero_variance=false",
                                               "replay.max_uses=1", "replay.tau_max=5"))
     replayed = [k for us in by_step(t).values() for up in us for k in up["keys"] if is_store_key(k)]
     assert replayed and len(replayed) == len(set(replayed))  # read for its update, then evicted: never again
     assert t.replay_store.buffer.total_evicted_uses >= len(replayed)
-    listed = tq.kv_list("train")["train"]
-    assert sorted(k for k in listed if is_store_key(k)) == sorted(
-        k for k in listed if is_store_key(k) and k not in set(replayed))  # the evicted rows' keys are cleared
-    assert len([k for k in listed if is_store_key(k)]) == len(t.replay_store.buffer)
+    held = {f"grpo-replay-{i}" for i in t.replay_store.rows.ids()}
+    assert not held & set(replayed)  # the evicted rows left the row store
+    assert len(held) == len(t.replay_store.buffer)
+    assert not [k for k in tq.kv_list("train")["train"] if is_store_key(k)]  # and each replay copy was cleared

@@ -63,13 +63,15 @@ def test_v1_replay_acts_on_batches_verl_pads(tq_cluster, tmp_path, mode, agent):
             for k, tag in replay:
                 st = tag[STORE_TAG]
                 assert 1 <= step - st["birth"] <= TAU and st["step"] < step
-                for f in ("old_log_probs", "advantages", "rollout_log_probs"):
+                for f in ("old_log_probs", "advantages"):
                     assert torch.equal(up["rows"][k][f], born[(st["step"], st["of"])][f]), (step, k, f)
             n_replay += len(replay)
     assert padded_steps >= 3
     assert n_replay >= 5  # one per warm update at least
     # stored rows are real rows only: verl's synthetic padding rows never enter the buffer
-    listed = tq.kv_list("train")["train"]
-    stored = [k for k in listed if is_store_key(k)]
-    assert stored and not any(listed[k].get("is_padding") for k in stored)
-    assert len(stored) == len(t.replay_store.buffer)
+    ids = t.replay_store.rows.ids().tolist()
+    _, tags = t.replay_store.rows.get(ids)
+    pad_keys = {k for us in steps.values() for u in us for k, tag in zip(u["keys"], u["tags"]) if tag.get("is_padding")}
+    assert ids and pad_keys and not {tag[STORE_TAG]["of"] for tag in tags} & pad_keys
+    assert len(ids) == len(t.replay_store.buffer)
+    assert not [k for k in tq.kv_list("train")["train"] if is_store_key(k)]

@@ -98,6 +98,7 @@ class FakeAgentLoop:
                  fail=False, extras=False):
         self.config, self.tok, self.model, self.weights = config, tokenizer, model, weights
         self.multi_output, self.fail, self.extras = multi_output, fail, extras
+        self.rollout_log_probs: dict[str, torch.Tensor] = {}  # by row key, as written
 
     @staticmethod
     def _extras(n_tokens: int, seed: int) -> dict:
@@ -152,6 +153,7 @@ class FakeAgentLoop:
                     if self.extras:
                         f.update(self._extras(len(f["input_ids"]), 1000 * int(batch["global_steps"]) + 10 * index + s))
                     keys.append(f"{uid}_{s}_{j}")
+                    self.rollout_log_probs[keys[-1]] = f["rollout_log_probs"]
                     fields.append(f)
                     tags.append(tag)
             statuses.append("failure" if failed else "finished")
@@ -191,7 +193,8 @@ class FakeActorWG:
         from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
         from verl.utils import tensordict_utils as tu
 
-        rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id)
+        # the fields the batch names, as verl's tqbridge selects them for the worker
+        rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=batch.fields)
         mb = int(batch.extra_info["mini_batch_size"])
         assert len(batch) % mb == 0 and mb % self.dp == 0, (len(batch), mb, self.dp)
         rec = {"step": None, "keys": list(batch.keys), "tags": list(batch.tags), "mini_batch_size": mb,
@@ -325,6 +328,7 @@ def run_fit(cls: type, config, uid_start: int = 0, **agent) -> object:
         trainer.uid_names = base.uuid
         trainer.init()
         loop = FakeAgentLoop(config, trainer.tokenizer, trainer.model, trainer.checkpoint_manager, **agent)
+        trainer.agent_loop = loop
         trainer.fit(loop)
     finally:
         base.uuid = real

@@ -95,3 +95,26 @@ def make_batch(
         "images_seqlens": [],
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+def v1_row(p: int, r: int, adv: float = -0.75, seed: int = 0, mask=None, vocab: int = 151_000) -> dict:
+    """One row as verl 0.9.1's v1 pipeline leaves it in TransferQueue before the actor update (a text agent
+    loop, GRPO, rollout log-probs from the engine, old log-probs from the actor; no attention_mask: verl's real
+    rows have none, only its padding rows). P prompt, R response tokens; `mask`: the (R,) response mask."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (p + r,), generator=g)
+    response_mask = torch.ones(r, dtype=torch.int64) if mask is None else mask
+    lp = -torch.rand(r, generator=g) * 3
+    scores = torch.zeros(r)
+    scores[-1] = 1.0
+    return {
+        "prompts": ids[:p].clone(), "responses": ids[p:].clone(), "input_ids": ids,
+        "position_ids": torch.arange(p + r), "response_mask": response_mask, "loss_mask": response_mask.clone(),
+        "rollout_log_probs": lp + 0.01, "old_log_probs": lp,
+        "log_probs": torch.cat([torch.zeros(p), lp]), "entropy": torch.rand(r, generator=g),
+        "dummy_tensor": torch.zeros(1, dtype=torch.uint8), "multi_modal_inputs": {},
+        "rm_scores": scores, "token_level_scores": scores, "token_level_rewards": scores,
+        "advantages": adv * response_mask.float(), "returns": adv * response_mask.float(),
+        "uid": "3f2a", "num_turns": 2, "raw_prompt": [{"role": "user", "content": "x"}],
+        "extra_fields": {"min_global_steps": 3, "reward_extra_info": {"acc": 1.0}},
+    }

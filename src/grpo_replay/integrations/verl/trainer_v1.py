@@ -4,19 +4,19 @@
 - `_update_actor(batch, metrics)`: v1's `_step_once` calls it after `_balance_batch`, `_compute_old_log_prob`,
   (`_compute_ref_log_prob`) and `_compute_advantage`, so every fresh row in TransferQueue holds its final
   `old_log_probs`, `advantages` (and `rollout_is_weights`, `ref_log_prob` where configured). Replay rows are
-  stored rows under keys of their own in the same partition (v1_store.py): appended to the batch's keys, they
-  reach the actor exactly as they were stored. The PPO mini-batch is scaled for this call so the optimizer-step
-  count is unchanged, and the composed batch is a multiple of every size verl divides it by, so verl's padding
+  stored rows (v1_store.py) rebuilt into keys of their own in the same partition for this update and cleared
+  after it: appended to the batch's keys, they reach the actor exactly as they were stored. The PPO mini-batch
+  is scaled for this call so the optimizer-step count is unchanged, and the composed batch is a multiple of
+  every size verl divides it by, so verl's padding
   path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. Padding rows
   verl added before the old log-probs (tag `is_padding`, `response_mask` 0) are filler like zero-variance rows:
   used to reach that multiple, never stored. The real fresh rows are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
 - `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
   `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
-- `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and, in sync mode, where verl saves no
-  TransferQueue state, the stored rows (TransferQueue's own checkpoint of the store keys) are written to
-  `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is complete,
-  step folders verl no longer keeps an actor checkpoint for lose their stored rows (`prune_store`).
+- `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and the stored rows (the row store's file) are
+  written to `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is
+  complete, step folders verl no longer keeps an actor checkpoint for lose them (`prune_store`).
 
 Age is counted in policy versions: a row's birth is the oldest weight version that generated it
 (`min_global_steps` tag) + 1, so age = global step - birth = how many versions the trained policy is past it;
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
 import numpy as np
 import torch
@@ -36,7 +35,8 @@ from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present
                           step_folder)
 from .sizing import batch_unit, fit_to_unit, micro_batch_rows, mini_batch_scaled
 from .v1_checks import check_config, replay_settings
-from .v1_store import TQReplayStore, is_store_key, read_fresh, store_key
+from .row_store import RowStore, remote_row_store
+from .v1_store import READ_FIELDS, SUFFIXES, TQReplayStore, is_store_key, read_fresh, saved_layout_problem
 
 try:
     import transfer_queue as tq
@@ -51,8 +51,6 @@ except ImportError as e:  # pragma: no cover
     raise ImportError(f"the v1 replay trainer needs verl[verl-core] (TransferQueue): {INSTALL_HINT} ({e})") from e
 
 logger = logging.getLogger(__name__)
-TQ_DIR = "replay_transfer_queue"
-VERL_TQ_DIR = "transfer_queue"  # verl's TransferQueue checkpoint in the async modes
 
 
 class ReplayV1Mixin:
@@ -65,7 +63,8 @@ class ReplayV1Mixin:
         check_config(config)
         cfg, settings, bound = replay_settings(config)
         logger.info(bound)
-        self.replay_store = TQReplayStore(cfg, settings)
+        # the stored rows in an actor of their own (replay off: none is ever stored)
+        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore())
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
         self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
@@ -80,8 +79,6 @@ class ReplayV1Mixin:
         pad_tags = [t for t in batch.tags if t.get("is_padding", False)]
         before = store.live_ids()
         plan = store.compose(fresh, step)
-        # rows this draw evicted (replay.max_uses) are read for the update first: their keys are cleared after it
-        store.clear_evicted(tq, pid, np.setdiff1d(before, plan.replay_ids))
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
@@ -96,17 +93,24 @@ class ReplayV1Mixin:
         where = {k: j for j, k in enumerate(batch.keys)}
         position = np.array([where[k] for k in fresh.keys + pad_keys], dtype=np.int64)
         used = used[np.argsort(position[used], kind="stable")]
-        composed = self._composed_meta(batch, fresh, used, plan.replay_ids[:n_rep], pad_keys, pad_tags)
-        replay_tokens = sum(int(t.get("seq_len", 0)) for t in composed.tags[len(used) :])
-        self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
-        mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
-        with mini_batch_scaled(actor_cfg, mb_rows // rollout_n):
-            changed = n_rep > 0 or len(used) != len(batch)
-            if store.settings.rebalance and self.config.trainer.balance_batch and changed:
-                composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
-            super()._update_actor(composed, metrics)
-        store.clear_evicted(tq, pid, plan.replay_ids)
-        # replay off (replay=grpo): nothing is ever drawn, so nothing is copied into TransferQueue either
+        replay_keys: list = []
+        try:
+            replay_keys, replay_tags, fields = store.put_replay(tq, plan.replay_ids[:n_rep], pid)
+            # rows this draw evicted (age, capacity, replay.max_uses) leave the row store; those replayed now are
+            # in TransferQueue for this update
+            store.clear_evicted(before)
+            composed = self._composed_meta(batch, fresh, used, replay_keys, replay_tags, fields, pad_keys, pad_tags)
+            replay_tokens = sum(int(t.get("seq_len", 0)) for t in replay_tags)
+            self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
+            mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
+            with mini_batch_scaled(actor_cfg, mb_rows // rollout_n):
+                changed = n_rep > 0 or len(used) != len(batch)
+                if store.settings.rebalance and self.config.trainer.balance_batch and changed:
+                    composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
+                super()._update_actor(composed, metrics)
+        finally:
+            store.take_back(tq, replay_keys, pid)
+        # replay off (replay=grpo): nothing is ever drawn, so nothing is stored either
         n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
         n_used_fresh, n_used_pad = int((used < n).sum()), int((used >= n).sum())
         metrics.update(self._replay_log(plan, n_used_fresh, n_used_pad, n_rep, len(composed), mb_rows, n_ins, step,
@@ -124,10 +128,10 @@ class ReplayV1Mixin:
         # spans several `_update_actor` calls, and a row is replayed only from the next version on (age >= 1).
         batch = super().step(metrics, timing_raw)
         store, pending, self._pending = self.replay_store, self._pending, []
-        for fresh, rows, ids, pid in pending:
+        for fresh, rows, ids, _ in pending:
             before = store.live_ids()
             store.add(fresh, rows, ids)
-            store.clear_evicted(tq, pid, np.union1d(before, ids))
+            store.clear_evicted(np.union1d(before, ids))
         return batch
 
     def _dp_size(self) -> int:
@@ -136,22 +140,17 @@ class ReplayV1Mixin:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
         return max(wg._dispatch_info["actor"]) + 1
 
-    def _composed_meta(self, batch, fresh, used: np.ndarray, replay_ids: np.ndarray, pad_keys: list,
-                       pad_tags: list) -> "KVBatchMeta":
+    def _composed_meta(self, batch, fresh, used: np.ndarray, replay_keys: list, replay_tags: list, fields: list,
+                       pad_keys: list, pad_tags: list) -> "KVBatchMeta":
         """Keys of the update: `used` indexes the fresh rows, then verl's padding rows (index >= len(fresh)),
-        followed by the stored replay rows."""
+        followed by the replay rows. With replay rows the update reads the fields they were stored with (the
+        fresh rows' fields but those verl's actor update never reads)."""
         n = len(fresh)
-        keys = [fresh.keys[i] if i < n else pad_keys[i - n] for i in used]
-        tags = [fresh.tags[i] if i < n else pad_tags[i - n] for i in used]
-        if len(replay_ids):
-            listed = _listed(batch.partition_id)
-            rkeys = [store_key(i) for i in replay_ids]
-            missing = [k for k in rkeys if k not in listed]
-            if missing:
-                raise RuntimeError(f"stored replay rows {missing[:3]} are missing from TransferQueue")
-            keys, tags = keys + rkeys, tags + [listed[k] for k in rkeys]
+        keys = [fresh.keys[i] if i < n else pad_keys[i - n] for i in used] + list(replay_keys)
+        tags = [fresh.tags[i] if i < n else pad_tags[i - n] for i in used] + list(replay_tags)
         return KVBatchMeta(
-            partition_id=batch.partition_id, keys=keys, tags=tags, fields=batch.fields,
+            partition_id=batch.partition_id, keys=keys, tags=tags,
+            fields=update_fields(batch.fields, fields) if replay_keys else batch.fields,
             extra_info=dict(batch.extra_info),
         )
 
@@ -172,6 +171,8 @@ class ReplayV1Mixin:
                         mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
                         mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
         out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
+        if self.replay_store.config.enabled:  # the stored rows' encoded tensors, in the row store's actor
+            out["buffer/row_store_bytes"] = float(self.replay_store.rows.nbytes())
         self.replay_metrics = out
         return out
 
@@ -188,8 +189,6 @@ class ReplayV1Mixin:
         folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
         os.makedirs(folder, exist_ok=True)
         self.replay_store.save(os.path.join(folder, BUFFER_NAME))
-        if self.trainer_mode == "sync":  # verl saves TransferQueue in the async modes only
-            tq.save_checkpoint(os.path.join(folder, TQ_DIR), metadata={"global_steps": self.global_steps})
         out = super()._save_checkpoint()
         prune_store(self.config.trainer.default_local_dir, keep=actor_ckpt_to_keep(self.config))
         return out
@@ -198,41 +197,48 @@ class ReplayV1Mixin:
         out = super()._load_checkpoint()
         folder = resume_folder(self.config, self.global_steps)
         if folder is not None:
-            load_store(self.replay_store, folder, self.trainer_mode)
+            load_store(self.replay_store, folder)
         return out
 
 
-def load_store(store: TQReplayStore, folder: str, mode: str, partition_id: str = "train") -> bool:
+def update_fields(batch_fields, stored: list) -> list:
+    """The fields of an update with replay rows: those of verl's (`batch.fields`: the fields every row of the
+    batch has; None: all) that the replay rows were stored with. A field the update reads that they lack is an
+    error: verl's worker would drop it silently for every rank holding a replay row."""
+    if batch_fields is None:
+        return list(stored)
+    asked = [batch_fields] if isinstance(batch_fields, str) else list(batch_fields)
+    lacking = [f for f in asked if f not in stored and f in READ_FIELDS]
+    if lacking:
+        raise RuntimeError(f"replay rows were stored without the fields {lacking} this update reads; they were "
+                           "stored by a run whose fresh rows lacked them (a changed config on resume?)")
+    return [f for f in asked if f in stored]
+
+
+def load_store(store: TQReplayStore, folder: str, partition_id: str = "train") -> bool:
     """Restore the buffer and its rows from `folder`. Missing files are an error unless
-    `replay.allow_empty_resume=true` (then every stored row left in TransferQueue is cleared)."""
+    `replay.allow_empty_resume=true`. A replay row left in TransferQueue (it is there only during an update) is
+    cleared."""
+    _clear_keys(partition_id, is_store_key)
     path = os.path.join(folder, BUFFER_NAME)
-    need = store.files(path) + ([os.path.join(folder, TQ_DIR)] if mode == "sync" else [])
-    if not resume_files_present(folder, need, store.settings.allow_empty_resume):
-        _clear_keys(partition_id, lambda k: is_store_key(k))
+    problem = saved_layout_problem(path)
+    if problem and not store.settings.allow_empty_resume:
+        raise ValueError(problem)
+    if problem:
+        logger.warning("%s: resuming with an empty buffer (replay.allow_empty_resume)", problem)
+        return False
+    if not resume_files_present(folder, store.files(path), store.settings.allow_empty_resume):
         return False
     store.load(path)
-    if mode == "sync":
-        tq.load_checkpoint(os.path.join(folder, TQ_DIR))
-        _clear_keys(partition_id, lambda k: not is_store_key(k))  # that step's fresh rows, cleared by fit() then
-    listed, live = _listed(partition_id), {store_key(i) for i in store.live_ids()}
-    lost = sorted(live - set(listed))
-    if lost:
-        raise FileNotFoundError(
-            f"resuming from {folder}: stored rows {lost[:3]} ({len(lost)}) are not in TransferQueue"
-        )
-    _clear_keys(partition_id, lambda k: is_store_key(k) and k not in live)
     logger.info("replay buffer (%d rollouts) loaded from %s", len(store.buffer), path)
     return True
 
 
 def prune_store(default_local_dir: str, keep) -> None:
-    """Drop the stored rows of every global_step folder but the newest `keep`, the ones whose actor checkpoint
-    verl prunes (no resume can start there): the buffer files, the sync mode's `replay_transfer_queue/` and, in
-    the async modes, verl's own `transfer_queue/`, which holds every stored row next to verl's in-flight state."""
+    """Drop the buffer and its stored rows from every global_step folder but the newest `keep`, the ones whose
+    actor checkpoint verl prunes (no resume can start there)."""
     for folder in stale_buffer_folders(default_local_dir, keep):
-        remove_buffer_files(folder, (".json", ".npz", ".store.json"))
-        for name in (TQ_DIR, VERL_TQ_DIR):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        remove_buffer_files(folder, SUFFIXES)
 
 
 def actor_ckpt_to_keep(config) -> int | None:

@@ -89,29 +89,29 @@ def check_config(config: Any) -> None:
 
 
 def check_storage(config: Any, cfg: Optional[ReplayConfig] = None) -> None:
-    """ValueError when TransferQueue's storage cannot hold the stored rows next to the rows in flight: its
-    SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run."""
+    """ValueError when TransferQueue's storage cannot hold an update's replay rows next to the rows in flight:
+    its SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run. (Stored rows
+    live in the row store; a replayed row is in TransferQueue only for the update that reads it.)"""
     cfg = cfg or replay_settings(config)[0]
     limit = _get(config, "transfer_queue.backend.SimpleStorage.total_storage_size")
     if limit is None or not cfg.enabled:
         return
     per_step = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
-    by_age = None if cfg.tau_max is None else (cfg.tau_max + 1) * per_step  # no age bound: capacity alone bounds it
-    if by_age is None and cfg.capacity is None:
-        raise ValueError(
-            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot bound a buffer with "
-            "replay.tau_max=null and replay.capacity=null (it grows without limit); allowed: a replay.tau_max, a "
-            "replay.capacity, or no total_storage_size")
-    stored = cfg.capacity if by_age is None else by_age if cfg.capacity is None else min(cfg.capacity, by_age)
+    # fresh-anchored: round(ratio * fresh) replay rows; pool: fewer than the fresh rows; fill_filtered: up to
+    # the filtered ones
+    replay = math.ceil(max(float(cfg.replay_ratio), 1.0 if cfg.fill_filtered or cfg.composition == "pool" else 0.0)
+                       * per_step)
+    bounds = [b for b in (cfg.capacity, None if cfg.tau_max is None else cfg.tau_max * per_step) if b is not None]
+    replay = min([replay, *bounds])
     mode = config.trainer.v1.trainer_mode
     warmup = float(_get(config, f"trainer.v1.{mode}.num_warmup_batches", 0) or 0)
     n = int(config.actor_rollout_ref.rollout.n)
     in_flight = math.ceil((1 + warmup) * int(config.data.train_batch_size)) * (n + 1)  # rollouts + prompt entries
-    if stored + in_flight > int(limit):
+    if replay + in_flight > int(limit):
         raise ValueError(
-            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {stored} stored replay "
-            f"rows (min(replay.capacity, (replay.tau_max + 1) * train_batch_size * rollout.n)) plus {in_flight} rows "
-            f"in flight; allowed: total_storage_size >= {stored + in_flight}, or a smaller replay.capacity"
+            f"transfer_queue.backend.SimpleStorage.total_storage_size={limit} cannot hold up to {replay} replay "
+            f"rows of an update (replay.replay_ratio * train_batch_size * rollout.n) plus {in_flight} rows in "
+            f"flight; allowed: total_storage_size >= {replay + in_flight}, or a smaller replay.replay_ratio"
         )
 
 

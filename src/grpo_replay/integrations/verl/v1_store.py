@@ -1,17 +1,19 @@
-"""Stored rollouts for verl's v1 trainer: the rows stay in TransferQueue, the buffer keeps only what it samples on.
+"""Stored rollouts for verl's v1 trainer: the buffer keeps what it samples on, a row store keeps the rows.
 
-A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is copied
-field for field (with the few tags it needs, KEPT_TAGS) to a key of its own in the training partition,
-`grpo-replay-<id>`. The core `ReplayBuffer` holds each stored row payload-free (no token ids or log-probs: zero
+A fresh row, once verl has given it its final `old_log_probs` and `advantages` (v1's `_update_actor`), is read
+from TransferQueue and kept in a `RowStore` (row_store.py: a Ray actor of its own), in compact form
+(row_codec.py) and without the fields verl's actor update never reads (UNREAD_FIELDS), with the few tags it
+needs (KEPT_TAGS). The core `ReplayBuffer` holds each stored row payload-free (no token ids or log-probs: zero
 width), with only the scalar columns it evicts and samples on (birth, advantage, reward, group std, group and prompt
-keys, weight). `<id>` is the buffer's own insertion number of the row (`ReplayBuffer.keys`; every draw returns it as
-`buffer_seq`): ids are handed out at the copy in the order the rows enter the buffer, so the n-th row ever added
-has id n. A replayed row is that stored key itself in the update batch: nothing is rebuilt, nothing is
-recomputed, and in a multi-node run the token tensors are spread over TransferQueue's storage units instead of the
-trainer process.
+keys, weight). A stored row's id is the buffer's own insertion number of the row (`ReplayBuffer.keys`; every
+draw returns it as `buffer_seq`): ids are handed out at the copy in the order the rows enter the buffer, so the
+n-th row ever added has id n. A replayed row is rebuilt bit for bit and put into the training partition under the
+key `grpo-replay-<id>` for the one update that reads it, then cleared: between updates no stored row is in
+TransferQueue, so verl's sampler (which lists every key of every partition on each poll) and verl's own
+TransferQueue checkpoints never hold one.
 
 The key has no "_": verl's samplers group trajectory keys by `key.split("_")[0]`, the prompt uid, and sample only
-groups whose prompt tag is terminal, so a stored row is never handed out as a fresh one.
+groups whose prompt tag is terminal, so a replay row is never handed out as a fresh one.
 """
 from __future__ import annotations
 
@@ -27,18 +29,40 @@ from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
+from .row_codec import unbind_rows
+from .row_store import RowStore
 from .rows import prompt_key, row_advantages
 from .settings import VerlReplaySettings, check_options
 
 KEY_PREFIX = "grpo-replay-"
 ID_KIND = "buffer_seq"
 """What a store key's number is: the buffer's insertion number of the row (saved in `.store.json`)."""
+ROWS_KIND = "row_store"
+"""Where the stored rows are saved: `<buffer path>.rows.pt`, the row store's file (saved in `.store.json`)."""
 STORE_TAG = "grpo_replay"
 """Tag of a stored row: {"id", "of" (the fresh key it was copied from), "birth" (its generating version + 1),
 "step" (the global step that trained on it fresh)}."""
 KEPT_TAGS = ("seq_len", "prompt_len", "response_len")
-"""Of the fresh row's tag, what a stored row keeps (`_balance_batch` reads `seq_len`): verl's sampler copies every
-key's tag into the trainer process on each poll, so a stored row's tag costs memory per row for the whole run."""
+"""Of the fresh row's tag, what a replay row carries (`_balance_batch` reads `seq_len`)."""
+UNREAD_FIELDS = frozenset({"log_probs", "entropy", "returns", "values", "rm_scores", "token_level_scores",
+                           "token_level_rewards", "rollout_log_probs", "dummy_tensor"})
+"""Tensor fields of a fresh row that verl 0.9.1's actor update never reads (the loss takes log-probs and entropy
+from its own forward pass; `returns` and `values` are the critic's; rewards and rollout log-probs were used up by
+`_compute_advantage` and `_compute_old_log_prob`): not stored, and not handed to an update with replay rows."""
+READ_OBJECTS = frozenset({"multi_modal_inputs"})
+"""The one per-row non-tensor field the update reads; the others (uid, prompt and agent-loop fields) are not kept."""
+READ_FIELDS = ("input_ids", "position_ids", "prompts", "responses", "response_mask", "loss_mask", "old_log_probs",
+               "advantages", "rollout_is_weights", "ref_log_prob", "multi_modal_inputs", "routed_experts",
+               "teacher_ids", "teacher_logprobs")
+"""Fields verl 0.9.1's actor update reads when a row has them (model inputs; prompt and response lengths; the loss's
+masks, log-probs, advantages and weights; router replay; distillation): a stored row always keeps these."""
+
+
+def kept_field(name: str, value: Any) -> bool:
+    """Whether a stored row keeps a field of its fresh row."""
+    if name in READ_FIELDS:
+        return True
+    return name not in UNREAD_FIELDS and (isinstance(value, torch.Tensor) or name in READ_OBJECTS)
 # Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
 SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
 
@@ -145,14 +169,20 @@ class V1Plan:
 
 
 class TQReplayStore:
-    """The core `ReplayBuffer` over rows kept in TransferQueue (see the module docstring)."""
+    """The core `ReplayBuffer` over rows kept in a `RowStore` (see the module docstring).
 
-    def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
+    `rows` is where the rows are kept: a `RowStore` in this process (the default, for tests and tools) or the
+    trainer's `remote_row_store()`."""
+
+    def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None,
+                 rows: Any = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
         check_options(self.config, self.settings)
         self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
+        self.rows = rows if rows is not None else RowStore()
         self.next_id = 0  # id of the next copied row: buffer.next_seq + rows copied and not yet added
+        self.last_copy_nbytes = 0  # encoded bytes of the rows the last copy_rows kept
 
     def live_ids(self) -> np.ndarray:
         """(n,) int64 ids of the rows the buffer holds (their insertion numbers), in slot order."""
@@ -178,22 +208,24 @@ class TQReplayStore:
 
     def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str,
                   step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Copy fresh rows `rows` to new store keys (all fields; of their tags KEPT_TAGS, plus STORE_TAG); returns
-        (rows in the order `add` enters them: by birth step, stable; their ids).
+        """Keep fresh rows `rows` in the row store (every field the actor update reads, compact; of their tags
+        KEPT_TAGS, plus STORE_TAG); returns (rows in the order `add` enters them: by birth step, stable; their ids).
         They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
         rows = np.asarray(rows, dtype=np.int64)
         rows = rows[np.argsort(fresh.birth[rows], kind="stable")]
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
+        self.last_copy_nbytes = 0
         if not len(rows):
             return rows, ids
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
+        values = [{k: v for k, v in r.items() if kept_field(k, v)} for r in unbind_rows(data, len(src))]
         tags = [
             {**{k: fresh.tags[i][k] for k in KEPT_TAGS if k in fresh.tags[i]},
              STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]
-        tq.kv_batch_put(keys=[store_key(j) for j in ids], partition_id=partition_id, fields=data, tags=tags)
+        self.last_copy_nbytes = self.rows.put(ids.tolist(), values, tags)
         self.next_id += len(rows)
         return rows, ids
 
@@ -210,40 +242,72 @@ class TQReplayStore:
             self.buffer.add(payload_free_batch(fresh, rows[sel]), int(b), prompt_keys=fresh.prompt_keys[rows[sel]])
         return len(rows)
 
-    def clear_evicted(self, tq, partition_id: str, before: np.ndarray) -> int:
-        """kv_clear the store keys of rows the buffer no longer holds (age or capacity eviction)."""
-        gone = np.setdiff1d(before, self.live_ids())
-        if len(gone):
-            tq.kv_clear(keys=[store_key(i) for i in gone], partition_id=partition_id)
-        return len(gone)
+    def put_replay(self, tq, ids: np.ndarray, partition_id: str) -> tuple[list[str], list[dict], list[str]]:
+        """Rebuild stored rows `ids` and put them into TransferQueue for one update: (keys, tags, fields).
+        `take_back` clears them after the update."""
+        if not len(ids):
+            return [], [], []
+        values, tags = self.rows.get([int(i) for i in ids])
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    # --- persistence: the buffer (scalars) here, the rows in TransferQueue's own checkpoint -------------
+        keys = [store_key(i) for i in ids]
+        tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(values), tags=tags)
+        return keys, tags, list(values[0])
+
+    @staticmethod
+    def take_back(tq, keys: Sequence[str], partition_id: str) -> None:
+        if keys:
+            tq.kv_clear(keys=list(keys), partition_id=partition_id)
+
+    def clear_evicted(self, before: np.ndarray) -> int:
+        """Drop from the row store the rows the buffer no longer holds (age, capacity or max_uses eviction)."""
+        gone = np.setdiff1d(before, self.live_ids())
+        return self.rows.drop(gone.tolist()) if len(gone) else 0
+
+    # --- persistence: the buffer (scalars) and the row store, each in its own file -----------------------
     def save(self, path: str) -> None:
         self.buffer.save(path)
+        self.rows.save(path + ".rows.pt")
         with open(path + ".store.json", "w") as f:
-            json.dump({"key_prefix": KEY_PREFIX, "id": ID_KIND}, f)
+            json.dump({"key_prefix": KEY_PREFIX, "id": ID_KIND, "rows": ROWS_KIND}, f)
 
     def load(self, path: str) -> None:
-        """Restore the buffer; a row copied but not yet added when `path` was saved is not in it, and its key is
-        cleared by the caller, so ids continue from the buffer's count."""
-        with open(path + ".store.json") as f:
-            kind = json.load(f).get("id")
-        if kind != ID_KIND:
-            raise ValueError(
-                f"{path}.store.json: stored rows are keyed by {kind or 'a counter of the store'}, this version keys "
-                f"them by {ID_KIND}; resume with the grpo-replay version that saved it, or start anew")
-        self.buffer = ReplayBuffer.load(path, self.config)
-        self.next_id = self.buffer.next_seq
+        """Restore the buffer and its rows; a row copied but not yet added when `path` was saved is not in the
+        buffer and is dropped, so ids continue from the buffer's count."""
+        problem = saved_layout_problem(path)
+        if problem:
+            raise ValueError(problem)
+        buffer = ReplayBuffer.load(path, self.config)
+        self.rows.load(path + ".rows.pt")
+        live = buffer.keys()[0]
+        missing = np.setdiff1d(live, self.rows.ids())
+        if len(missing):
+            raise FileNotFoundError(f"{path}.rows.pt: stored rows {missing[:3].tolist()} ({len(missing)}) of the "
+                                    "buffer are not in it")
+        self.rows.keep_only(live.tolist())
+        self.buffer, self.next_id = buffer, buffer.next_seq
 
     def files(self, path: str) -> list[str]:
-        return [path + s for s in (".json", ".npz", ".store.json")]
+        return [path + s for s in SUFFIXES]
 
 
-def tq_row_nbytes(data: Any) -> int:
-    """Bytes of the tensor fields of a TensorDict read from TransferQueue (nested tensors: their values)."""
-    total = 0
-    for v in data.values():
-        if isinstance(v, torch.Tensor):
-            t = v.values() if v.is_nested else v
-            total += t.numel() * t.element_size()
-    return total
+SUFFIXES = (".json", ".npz", ".store.json", ".rows.pt")
+
+
+def saved_layout_problem(path: str) -> Optional[str]:
+    """Why the stored rows saved at `path` (its `.store.json`) cannot be resumed by this version, or None (also
+    when there is no such file: the caller reports missing files)."""
+    try:
+        with open(path + ".store.json") as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"{path}.store.json: not readable ({e})"
+    if saved.get("id") == ID_KIND and saved.get("rows") == ROWS_KIND:
+        return None
+    return (f"{path}.store.json: this checkpoint keeps its stored rows in {saved.get('rows') or 'TransferQueue'}, "
+            f"keyed by {saved.get('id') or 'a counter of the store'}; this version keeps them in its {ROWS_KIND} "
+            f"keyed by {ID_KIND}. Resume with the grpo-replay version that saved it, or with "
+            "replay.allow_empty_resume=true to start this run's buffer empty")
+
