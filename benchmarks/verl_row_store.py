@@ -1,8 +1,9 @@
 """What a stored row costs on verl's v1 trainer, at the paper's lengths: bytes and time, per process.
 
 Measured in one process, in `.venv-verl` (`.venv-verl/bin/python benchmarks/verl_row_store.py`):
-- the row store (what its Ray actor holds): encoded tensor bytes per row, and the process's RSS growth per row
-  over `--rows` rows (Python objects included); encode+put and get+decode time per row;
+- the row store (what its Ray actor holds): the encoded payload bytes of each variant of a row, the packed bytes
+  per row (payloads, structure and tag), and the process's RSS growth per row over `--rows` rows; encode+put and
+  get+decode time per row (packing and unpacking run in the trainer process);
 - the trainer (task-runner) process: the core buffer's payload-free rows, RSS growth and `nbytes` per row;
   verl's sampler holds nothing of them (no stored row is in TransferQueue between updates);
 - for comparison, the tensor bytes of the whole row as verl's pipeline leaves it in TransferQueue.
@@ -85,7 +86,7 @@ def main(argv=None) -> dict:
     for lo in range(0, a.rows, 64):
         store.get(range(lo, min(a.rows, lo + 64)))
     get_s = time.perf_counter() - t0
-    result["row store"] = {"encoded bytes per row": store.nbytes() / a.rows, "RSS growth per row": grown / a.rows,
+    result["row store"] = {"packed bytes per row": store.nbytes() / a.rows, "RSS growth per row": grown / a.rows,
                            "encode+put ms per row": 1e3 * put_s / a.rows, "get+decode ms per row": 1e3 * get_s / a.rows}
     del store
     gc.collect()

@@ -87,7 +87,9 @@ def test_rows_of_a_transfer_queue_batch_and_the_store_files(tmp_path):
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ValueError, match=r"cut\.pt: not a readable replay row file"):
         RowStore().load(str(tmp_path / "cut.pt"))
-    torch.save({"format": 99}, tmp_path / "other.pt")
+    import pickle
+
+    (tmp_path / "other.pt").write_bytes(pickle.dumps({"format": 99}))
     with pytest.raises(ValueError, match=r"other\.pt: replay row file format 99, this version reads 1"):
         RowStore().load(str(tmp_path / "other.pt"))
 
@@ -132,3 +134,24 @@ def test_a_saved_store_resumes_with_exactly_its_buffers_rows(tmp_path):
     store.save(path)
     with pytest.raises(FileNotFoundError, match=r"rows\.pt: stored rows \[5\] \(1\) of the buffer are not in it"):
         TQReplayStore(ReplayConfig.paper()).load(path)
+
+
+def test_packed_rows_keep_every_dtype_and_object():
+    import numpy as np
+
+    row = {"input_ids": torch.tensor([5, 9, 2**40]), "flags": torch.tensor([True, False, True]),
+           "half": torch.randn(4).to(torch.bfloat16), "small": torch.tensor([-3, 4], dtype=torch.int8),
+           "bytes": torch.tensor([0, 255, 7], dtype=torch.uint8), "scalar": torch.tensor(2.5),
+           "empty": torch.zeros(0, 3), "mask_bits": torch.tensor([1, 0, 0, 1, 1], dtype=torch.int64),
+           "multi_modal_inputs": {"pixel_values": torch.randn(2, 2), "grid": np.array([[1, 2, 2]]),
+                                  "names": np.array(["a", None], dtype=object)}}
+    store = RowStore()
+    held = store.put([1], [row], [{"seq_len": 3}])
+    assert held == store.nbytes() == len(store.get_packed([1])[0])
+    back = store.get([1])[0][0]
+    for k in row:
+        if k == "multi_modal_inputs":
+            assert same_bytes(back[k]["pixel_values"], row[k]["pixel_values"])
+            assert np.array_equal(back[k]["grid"], row[k]["grid"]) and list(back[k]["names"]) == ["a", None]
+        else:
+            assert same_bytes(back[k], row[k]), k

@@ -2,8 +2,8 @@
 
 A row as TransferQueue hands it out is a dict {field: value}; tensor fields are one row's tensors (a jagged
 batch unbound), other fields Python objects. `encode_row` keeps every field it is given, each in the smallest of
-a few forms that rebuilds it exactly: nothing for a tensor of ones, of zeros or `arange(n)` (attention masks,
-position ids), one value for a constant tensor or one constant over the response mask (outcome advantages), a
+a few forms that rebuilds it exactly: nothing for `arange(n)` (position ids), one value for a constant tensor
+(all-ones masks) or for one constant over the response mask (outcome advantages), a
 slice of another field (`prompts` and `responses` inside `input_ids`), bits for a 0/1 tensor (masks), a
 narrower integer type (token ids as int32), and the tensor itself otherwise (log-probs stay float32). Each form
 is checked when the row is encoded by decoding it and comparing bytes, dtype and shape, so a field that does not
@@ -226,7 +226,9 @@ def pack_row(enc: dict, extra: Any = None) -> tuple[bytes, int]:
     chunks: list[bytes] = []
     offset = [0]
 
-    def take(p):
+    def take(p, form):
+        if form == "obj":  # kept as it is (pickled with the structure)
+            return ("value", p)
         if isinstance(p, torch.Tensor):
             raw = _as_bytes(p).numpy().tobytes()
             kind, dtype, shape = "tensor", str(p.dtype).removeprefix("torch."), tuple(p.shape)
@@ -242,7 +244,7 @@ def pack_row(enc: dict, extra: Any = None) -> tuple[bytes, int]:
     def walk(e):
         form, dtype, shape, p = e
         dtype = None if dtype is None else str(dtype).removeprefix("torch.")
-        return (form, dtype, shape, {k: walk(v) for k, v in p.items()} if form == "dict" else take(p))
+        return (form, dtype, shape, {k: walk(v) for k, v in p.items()} if form == "dict" else take(p, form))
 
     head = pickle.dumps(({n: walk(e) for n, e in enc.items()}, extra), protocol=pickle.HIGHEST_PROTOCOL)
     return len(head).to_bytes(8, "little") + head + b"".join(chunks), offset[0]
@@ -261,6 +263,8 @@ def unpack_row(packed: bytes) -> tuple[dict, Any]:
         raw = np.frombuffer(packed, np.uint8, count=size, offset=base + start).copy()
         if kind == "array":
             return raw.view(np.dtype(dtype)).reshape(shape)
+        if not size:
+            return torch.empty(shape, dtype=getattr(torch, dtype))
         return torch.from_numpy(raw).view(getattr(torch, dtype)).reshape(shape)
 
     def walk(e):

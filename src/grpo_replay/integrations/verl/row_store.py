@@ -1,7 +1,7 @@
 """Where verl v1's stored rows live between their fresh update and their replays: outside TransferQueue.
 
-`RowStore` holds each stored row, encoded by `row_codec`, with the tag its replay copy gets, by the buffer's
-insertion number. In a run it is a Ray actor of its own (`remote_row_store`, on the trainer's node, no CPU
+`RowStore` holds each stored row, encoded by `row_codec` and packed with the tag its replay copy gets into one
+bytes object, by the buffer's insertion number. In a run it is a Ray actor of its own (`remote_row_store`, on the trainer's node, no CPU
 reserved), so the trainer process keeps only the buffer's scalars and verl's sampler, which lists every
 TransferQueue key on each poll, never sees a stored row; a replayed row is put back into TransferQueue only for
 the update that reads it. The rows are saved with verl's checkpoints in a file of their own.
@@ -18,46 +18,62 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from .row_codec import decode_row, encode_row, pack_row, unpack_row
 
 ROWS_FORMAT = 1
 
 
+def pack_rows(rows: Sequence[dict], tags: Sequence[dict]) -> list[bytes]:
+    """Encode rows (dicts {field: value}) with their tags, one bytes object each (`pack_row`). Run where the rows
+    are: a tensor unbound from a batch is a view of the whole batch's buffer, and sending it to another process
+    would send that buffer whole."""
+    return [pack_row(encode_row(row), dict(tag))[0] for row, tag in zip(rows, tags, strict=True)]
+
+
+def unpack_rows(packed: Sequence[bytes]) -> tuple[list[dict], list[dict]]:
+    """(rows rebuilt bit for bit, their tags) from `pack_rows`' bytes."""
+    unpacked = [unpack_row(b) for b in packed]
+    return [decode_row(enc) for enc, _ in unpacked], [tag for _, tag in unpacked]
+
+
 class RowStore:
-    """Encoded rows with their tags, each packed into one bytes object (`pack_row`), by id (the buffer's insertion
-    number of the row)."""
+    """Packed rows (`pack_rows`: a row with its tag as one bytes object) by id, the buffer's insertion number of
+    the row. `put` / `get` pack and unpack in the calling process, `put_packed` / `get_packed` move the bytes."""
 
     def __init__(self):
         self.rows: dict[int, bytes] = {}
-        self.sizes: dict[int, int] = {}  # encoded payload bytes per row
 
-    def put(self, ids: Sequence[int], rows: Sequence[dict], tags: Sequence[dict]) -> int:
-        """Encode and keep rows (dicts {field: value}) under `ids`; returns their encoded bytes."""
-        total = 0
-        for i, row, tag in zip(ids, rows, tags, strict=True):
-            self.rows[int(i)], self.sizes[int(i)] = pack_row(encode_row(row), dict(tag))
-            total += self.sizes[int(i)]
+    def put_packed(self, ids: Sequence[int], packed: Sequence[bytes]) -> int:
+        """Keep packed rows under `ids`; returns their bytes."""
+        for i, b in zip(ids, packed, strict=True):
+            self.rows[int(i)] = b
         _trim_heap()
-        return total
+        return sum(len(b) for b in packed)
 
-    def get(self, ids: Sequence[int]) -> tuple[list[dict], list[dict]]:
-        """(rows rebuilt bit for bit, their tags) for `ids`; KeyError naming the ids it does not hold."""
+    def get_packed(self, ids: Sequence[int]) -> list[bytes]:
+        """The packed rows `ids`; KeyError naming the ids it does not hold."""
         missing = [int(i) for i in ids if int(i) not in self.rows]
         if missing:
             raise KeyError(f"stored rows {missing[:3]} ({len(missing)}) are not in the replay row store")
-        unpacked = [unpack_row(self.rows[int(i)]) for i in ids]
-        return [decode_row(enc) for enc, _ in unpacked], [tag for _, tag in unpacked]
+        return [self.rows[int(i)] for i in ids]
+
+    def put(self, ids: Sequence[int], rows: Sequence[dict], tags: Sequence[dict]) -> int:
+        """Encode and keep rows (dicts {field: value}) with their tags under `ids`; returns the bytes kept."""
+        return self.put_packed(ids, pack_rows(rows, tags))
+
+    def get(self, ids: Sequence[int]) -> tuple[list[dict], list[dict]]:
+        """(rows rebuilt bit for bit, their tags) for `ids`."""
+        return unpack_rows(self.get_packed(ids))
 
     def drop(self, ids: Sequence[int]) -> int:
         n = 0
         for i in ids:
             n += self.rows.pop(int(i), None) is not None
-            self.sizes.pop(int(i), None)
         return n
 
     def keep_only(self, ids: Sequence[int]) -> int:
@@ -69,25 +85,29 @@ class RowStore:
         return np.array(sorted(self.rows), dtype=np.int64)
 
     def nbytes(self) -> int:
-        """Bytes of the rows' encoded tensors (tags and Python objects not counted)."""
-        return sum(self.sizes.values())
+        """Bytes of the packed rows (payloads, structure and tags)."""
+        return sum(len(b) for b in self.rows.values())
 
     def save(self, path: str) -> None:
         """Write every row to `path` (through a temporary file, so a crash leaves the old file or none)."""
         tmp = path + ".tmp"
-        torch.save({"format": ROWS_FORMAT, "rows": self.rows, "sizes": self.sizes}, tmp)
+        with open(tmp, "wb") as f:  # streamed: no second copy of the rows in memory
+            pickle.dump({"format": ROWS_FORMAT, "rows": self.rows}, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
 
     def load(self, path: str) -> int:
         """Replace the rows by those saved at `path`; a file that is not one is an error naming it."""
         try:
-            state = torch.load(path, weights_only=False)
+            with open(path, "rb") as f:
+                state = pickle.load(f)
+        except FileNotFoundError:
+            raise
         except Exception as e:  # a truncated or foreign file: say which, not an unpickling trace
             raise ValueError(f"{path}: not a readable replay row file ({type(e).__name__}: {e})") from e
         if not isinstance(state, dict) or state.get("format") != ROWS_FORMAT:
             raise ValueError(f"{path}: replay row file format {state.get('format') if isinstance(state, dict) else '?'}"
                              f", this version reads {ROWS_FORMAT}")
-        self.rows, self.sizes = state["rows"], state["sizes"]
+        self.rows = state["rows"]
         return len(self.rows)
 
 
@@ -109,10 +129,17 @@ _LIBC = None
 
 
 class RemoteRowStore:
-    """`RowStore`'s methods, called on a Ray actor and waited for."""
+    """`RowStore`'s methods, called on a Ray actor and waited for; `put` and `get` pack and unpack here, so only
+    the packed bytes travel."""
 
     def __init__(self, actor):
         self.actor = actor
+
+    def put(self, ids: Sequence[int], rows: Sequence[dict], tags: Sequence[dict]) -> int:
+        return self.put_packed(list(ids), pack_rows(rows, tags))
+
+    def get(self, ids: Sequence[int]) -> tuple[list[dict], list[dict]]:
+        return unpack_rows(self.get_packed(list(ids)))
 
     def __getattr__(self, name):
         import ray

@@ -10,7 +10,8 @@
   every size verl divides it by, so verl's padding
   path (whose template copies the first row's `old_log_probs` / `advantages`) never runs on it. Padding rows
   verl added before the old log-probs (tag `is_padding`, `response_mask` 0) are filler like zero-variance rows:
-  used to reach that multiple, never stored. The real fresh rows are then copied to store keys. It returns verl's fresh batch: `fit()` clears exactly the keys it sampled.
+  used to reach that multiple, never stored. The real fresh rows are then kept in the row store. It returns
+  verl's fresh batch: `fit()` clears exactly the keys it sampled.
 - `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
   `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
@@ -118,7 +119,7 @@ class ReplayV1Mixin:
         return batch
 
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
-        """Copy the rows to store keys now (fit() clears the fresh keys after the step); `step` adds them."""
+        """Keep the rows in the row store now (fit() clears the fresh keys after the step); `step` adds them."""
         rows, ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
         self._pending.append((fresh, rows, ids, pid))
         return len(ids)
@@ -171,7 +172,7 @@ class ReplayV1Mixin:
                         mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
                         mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
         out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
-        if self.replay_store.config.enabled:  # the stored rows' encoded tensors, in the row store's actor
+        if self.replay_store.config.enabled:  # the stored rows' packed bytes, in the row store's actor
             out["buffer/row_store_bytes"] = float(self.replay_store.rows.nbytes())
         self.replay_metrics = out
         return out

@@ -135,8 +135,8 @@ def session_rewards(keys: Sequence[str], rewards: torch.Tensor) -> torch.Tensor:
 
 
 def payload_free_batch(fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
-    """The buffer's view of fresh rows `rows`: their scalars, with zero-width token fields (the tokens stay in
-    TransferQueue)."""
+    """The buffer's view of fresh rows `rows`: their scalars, with zero-width token fields (the rows themselves
+    go to the row store)."""
     n = len(rows)
     idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
     std = group_advantages(fresh.rewards, fresh.group_ids)[1] if n else torch.zeros(0)
@@ -243,21 +243,35 @@ class TQReplayStore:
         return len(rows)
 
     def put_replay(self, tq, ids: np.ndarray, partition_id: str) -> tuple[list[str], list[dict], list[str]]:
-        """Rebuild stored rows `ids` and put them into TransferQueue for one update: (keys, tags, fields).
-        `take_back` clears them after the update."""
+        """Rebuild stored rows `ids` (in draw order; a draw with replacement may repeat one) and put each once into
+        TransferQueue for one update: (their keys in `ids`' order, their tags, their fields). `take_back` clears
+        them after the update; a put that fails clears what it registered."""
         if not len(ids):
             return [], [], []
-        values, tags = self.rows.get([int(i) for i in ids])
+        once = list(dict.fromkeys(int(i) for i in ids))
+        values, tags = self.rows.get(once)
+        fields = list(values[0])
+        odd = [i for i, v in zip(once, values) if list(v) != fields]
+        if odd:
+            raise RuntimeError(f"stored rows {odd[:3]} hold other fields than stored row {once[0]} ({fields}): rows "
+                               "stored under another config cannot be replayed together; resume with the config "
+                               "that stored them, or with replay.allow_empty_resume=true and no buffer files")
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-        keys = [store_key(i) for i in ids]
-        tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(values), tags=tags)
-        return keys, tags, list(values[0])
+        keys = [store_key(i) for i in once]
+        try:
+            tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=list_of_dict_to_tensordict(values),
+                            tags=tags)
+        except BaseException:
+            self.take_back(tq, keys, partition_id)
+            raise
+        tag_of = dict(zip(once, tags))
+        return [store_key(i) for i in ids], [tag_of[int(i)] for i in ids], fields
 
     @staticmethod
     def take_back(tq, keys: Sequence[str], partition_id: str) -> None:
         if keys:
-            tq.kv_clear(keys=list(keys), partition_id=partition_id)
+            tq.kv_clear(keys=list(dict.fromkeys(keys)), partition_id=partition_id)
 
     def clear_evicted(self, before: np.ndarray) -> int:
         """Drop from the row store the rows the buffer no longer holds (age, capacity or max_uses eviction)."""
