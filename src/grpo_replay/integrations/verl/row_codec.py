@@ -219,12 +219,12 @@ def _unbind(v: Any, n: int) -> list:
     raise TypeError(f"cannot split a {type(v).__name__} field into {n} rows")
 
 
-def pack_row(enc: dict, extra: Any = None) -> tuple[bytes, int]:
+def pack_row(enc: dict, extra: Any = None) -> bytes:
     """An encoded row (and `extra`, e.g. its tag) as one bytes object: the pickled structure, then every payload's
-    bytes; returns it and the payloads' size. One object per stored row: a store of many rows holds little more
-    than their bytes (as Python objects, the structure alone would cost about 4 KB a row)."""
+    bytes. One object per stored row: a store of many rows holds little more than their bytes (as Python objects,
+    the structure alone would cost about 4 KB a row)."""
     chunks: list[bytes] = []
-    offset = [0]
+    size = [0]  # payload bytes so far: the next payload's offset
 
     def take(p, form):
         if form == "obj":  # kept as it is (pickled with the structure)
@@ -238,8 +238,8 @@ def pack_row(enc: dict, extra: Any = None) -> tuple[bytes, int]:
         else:
             return ("value", p)
         chunks.append(raw)
-        offset[0] += len(raw)
-        return (kind, dtype, shape, offset[0] - len(raw), len(raw))
+        size[0] += len(raw)
+        return (kind, dtype, shape, size[0] - len(raw), len(raw))
 
     def walk(e):
         form, dtype, shape, p = e
@@ -247,7 +247,7 @@ def pack_row(enc: dict, extra: Any = None) -> tuple[bytes, int]:
         return (form, dtype, shape, {k: walk(v) for k, v in p.items()} if form == "dict" else take(p, form))
 
     head = pickle.dumps(({n: walk(e) for n, e in enc.items()}, extra), protocol=pickle.HIGHEST_PROTOCOL)
-    return len(head).to_bytes(8, "little") + head + b"".join(chunks), offset[0]
+    return len(head).to_bytes(8, "little") + head + b"".join(chunks)
 
 
 def unpack_row(packed: bytes) -> tuple[dict, Any]:

@@ -1,10 +1,10 @@
 """Where verl v1's stored rows live between their fresh update and their replays: outside TransferQueue.
 
 `RowStore` holds each stored row, encoded by `row_codec` and packed with the tag its replay copy gets into one
-bytes object, by the buffer's insertion number. In a run it is a Ray actor of its own (`remote_row_store`, on the trainer's node, no CPU
-reserved), so the trainer process keeps only the buffer's scalars and verl's sampler, which lists every
-TransferQueue key on each poll, never sees a stored row; a replayed row is put back into TransferQueue only for
-the update that reads it. The rows are saved with verl's checkpoints in a file of their own.
+bytes object, by the buffer's insertion number. In a run it is a Ray actor of its own (`remote_row_store`, on the
+trainer's node, no CPU reserved), so the trainer process keeps only the buffer's scalars and verl's sampler, which
+lists every TransferQueue key on each poll, never sees a stored row; a replayed row is put back into TransferQueue
+only for the update that reads it. The rows are saved with verl's checkpoints in a file of their own.
 
 Example (in-process; `remote_row_store()` gives the same methods on an actor):
 
@@ -32,7 +32,7 @@ def pack_rows(rows: Sequence[dict], tags: Sequence[dict]) -> list[bytes]:
     """Encode rows (dicts {field: value}) with their tags, one bytes object each (`pack_row`). Run where the rows
     are: a tensor unbound from a batch is a view of the whole batch's buffer, and sending it to another process
     would send that buffer whole."""
-    return [pack_row(encode_row(row), dict(tag))[0] for row, tag in zip(rows, tags, strict=True)]
+    return [pack_row(encode_row(row), dict(tag)) for row, tag in zip(rows, tags, strict=True)]
 
 
 def unpack_rows(packed: Sequence[bytes]) -> tuple[list[dict], list[dict]]:

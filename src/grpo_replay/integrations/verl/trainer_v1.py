@@ -121,7 +121,7 @@ class ReplayV1Mixin:
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
         """Keep the rows in the row store now (fit() clears the fresh keys after the step); `step` adds them."""
         rows, ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
-        self._pending.append((fresh, rows, ids, pid))
+        self._pending.append((fresh, rows, ids))
         return len(ids)
 
     def step(self, metrics: dict, timing_raw: dict):
@@ -129,7 +129,7 @@ class ReplayV1Mixin:
         # spans several `_update_actor` calls, and a row is replayed only from the next version on (age >= 1).
         batch = super().step(metrics, timing_raw)
         store, pending, self._pending = self.replay_store, self._pending, []
-        for fresh, rows, ids, _ in pending:
+        for fresh, rows, ids in pending:
             before = store.live_ids()
             store.add(fresh, rows, ids)
             store.clear_evicted(np.union1d(before, ids))

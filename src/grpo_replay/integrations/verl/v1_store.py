@@ -63,6 +63,8 @@ def kept_field(name: str, value: Any) -> bool:
     if name in READ_FIELDS:
         return True
     return name not in UNREAD_FIELDS and (isinstance(value, torch.Tensor) or name in READ_OBJECTS)
+
+
 # Read from TransferQueue for each fresh row (transiently): what the buffer samples on.
 SCALAR_FIELDS = ["prompts", "response_mask", "advantages", "rm_scores", "uid"]
 
@@ -182,7 +184,6 @@ class TQReplayStore:
         self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
         self.rows = rows if rows is not None else RowStore()
         self.next_id = 0  # id of the next copied row: buffer.next_seq + rows copied and not yet added
-        self.last_copy_nbytes = 0  # encoded bytes of the rows the last copy_rows kept
 
     def live_ids(self) -> np.ndarray:
         """(n,) int64 ids of the rows the buffer holds (their insertion numbers), in slot order."""
@@ -214,7 +215,6 @@ class TQReplayStore:
         rows = np.asarray(rows, dtype=np.int64)
         rows = rows[np.argsort(fresh.birth[rows], kind="stable")]
         ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
-        self.last_copy_nbytes = 0
         if not len(rows):
             return rows, ids
         src = [fresh.keys[i] for i in rows]
@@ -225,7 +225,7 @@ class TQReplayStore:
              STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
             for i, j in zip(rows, ids)
         ]
-        self.last_copy_nbytes = self.rows.put(ids.tolist(), values, tags)
+        self.rows.put(ids.tolist(), values, tags)
         self.next_id += len(rows)
         return rows, ids
 
