@@ -39,7 +39,7 @@ from .padding import (EncodedRows, RowWriter, encode_rows, one_allocation, pack_
                       prefix_rows, repad, resize_rows)
 from .ragged import RaggedArena
 from .sumtree import SumTree
-from .sumtree import capacity as tree_capacity
+from .sumtree import nodes as tree_nodes
 
 __all__ = ["COLUMNS", "SAVED_COLUMNS", "EncodedRows", "RolloutStorage", "StoredRow", "SumTree", "encode_rows",
            "pack_mask", "prefix_lengths", "prefix_rows"]
@@ -152,7 +152,7 @@ class RolloutStorage:
             self._rebuild_tree()
         elif self._changed:
             parts = [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in self._changed]
-            idx = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            idx = np.concatenate(parts) if len(parts) > 1 else parts[0]  # a slot listed twice is summed up once
             self._changed, self._n_changed = [], 0
             self._tree.refresh(idx)  # the leaves are the weight column, up to date already
         return self._tree
@@ -491,11 +491,11 @@ def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray
     the weight column) for n slots, zeros, as views into one allocation (`one_allocation`: handed back whole
     when the storage grows past it)."""
     kinds = [(k, dt, n) for k, dt in COLUMNS.items() if k not in _LAZY_COLUMNS and k != "weight"]
-    kinds += [("free", np.int32, n), ("tree", np.float64, 2 * tree_capacity(n)), ("valid", bool, n),
+    kinds += [("free", np.int32, n), ("tree", np.float64, tree_nodes(n)), ("valid", bool, n),
               ("dense", bool, n)]
     views = one_allocation(kinds)
     tree = views.pop("tree")
-    views["weight"] = tree[tree_capacity(n) : tree_capacity(n) + n]  # the tree's leaves are the weight column
+    views["weight"] = tree[:n]  # the tree's leaves are the weight column
     return views, views.pop("valid"), views.pop("dense"), views.pop("free"), tree
 
 

@@ -3,15 +3,17 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_replay import ReplayBuffer, ReplayConfig
+from grpo_replay import ReplayBuffer, ReplayConfig, sumtree
 from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, pack_mask, prefix_lengths, prefix_rows
 from helpers import make_batch
 
 
-def test_sum_tree_updates_equal_a_rebuild():
+@pytest.mark.parametrize("top_max", [4096, 2])  # 2: three levels of running sums under the top from 33 leaves
+def test_sum_tree_updates_equal_a_rebuild(monkeypatch, top_max):
+    monkeypatch.setattr(sumtree, "TOP_MAX", top_max)
     rng = np.random.default_rng(0)
     for _ in range(100):
-        n = int(rng.integers(1, 200))
+        n = int(rng.integers(1, 2000 if top_max == 2 else 200))
         tree, w = SumTree(n), np.zeros(n)
         for _ in range(8):
             if rng.random() < 0.5:  # contiguous range (the fast path) or scattered slots
@@ -28,6 +30,12 @@ def test_sum_tree_updates_equal_a_rebuild():
         assert np.isclose(tree.total, w.sum())
         u = rng.random(50) * tree.total
         assert np.array_equal(tree.find(u), np.searchsorted(np.cumsum(w), u, side="right").clip(max=n - 1))
+        assert tree.depth == (1 if top_max == 4096 or n <= 32 else 2 if n <= 512 else 3)
+        w[rng.random(n) < 0.5] = 0.0  # free slots, and targets at the very end: never a leaf past n - 1
+        tree.rebuild(w)
+        if tree.total > 0:
+            found = tree.find(np.r_[rng.random(50), 1 - 1e-16] * tree.total)
+            assert found.max() < n and (w[found[:-1]] > 0).all()
 
 
 def _rows(batch, i):
@@ -258,4 +266,4 @@ def test_a_draw_updates_only_the_tree_leaves_that_changed(monkeypatch):
     ref = SumTree(st.slots)
     ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
     assert np.array_equal(st.tree.t, ref.t)
-    assert len(seen) == 1 and np.array_equal(np.sort(seen[0]), np.sort(gone))
+    assert len(seen) == 1 and np.array_equal(np.unique(seen[0]), np.sort(gone))
