@@ -15,7 +15,8 @@ class RowWriter:
     def __init__(self, slots: np.ndarray):
         self.slots, self.n = slots, len(slots)
         self.lo = int(slots[0]) if self.n else 0
-        self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool((np.diff(slots) == 1).all())
+        # n distinct slots from lo to lo + n - 1, ascending, are exactly that run
+        self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool(np.greater(slots[1:], slots[:-1]).all())
 
     def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False, keep: Optional[np.ndarray] = None) -> None:
         """`keep` (bool, src's shape): write 0 where it is False (a multiply: the zeroing costs no extra pass)."""
@@ -160,11 +161,11 @@ def encode_rows(prompt_ids: np.ndarray, prompt_mask: np.ndarray, completion_ids:
     pm = prompt_mask if prompt_mask.dtype == np.bool_ else prompt_mask != 0
     pid = prompt_ids
     n, P = pm.shape
-    # Left-padded with one contiguous run of real tokens in every row iff the count of real tokens equals
-    # the sum over rows of P - (first real position): one early-stopping search and one flat count.
-    first = np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
-    plen = np.where(pm[np.arange(n), first], P - first, 0) if P else first
-    if np.count_nonzero(pm) != int(plen.sum()):  # rare: move real tokens to the right, in order
+    # Left-padded with one contiguous, non-empty run of real tokens in every row iff the count of real tokens
+    # equals the sum over rows of P - (first real position), a row holding at most that many (an empty row
+    # none, against P): one early-stopping search and one flat count.
+    plen = P - np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
+    if np.count_nonzero(pm) != int(plen.sum()):  # rare: empty prompts, or real tokens to move right, in order
         plen = np.count_nonzero(pm, axis=1).astype(np.int64)
         order = np.argsort(pm, axis=1, kind="stable")
         pid, pm = np.take_along_axis(pid, order, 1), prefix_rows(plen, P, right=True)

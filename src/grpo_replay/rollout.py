@@ -255,12 +255,20 @@ def check_completion_mask(mask: torch.Tensor, where: str) -> None:
         raise ValueError(f"{where}: completion_mask holds {value!r}; allowed: 0 or 1 (or bool)")
 
 
+_UNSIGNED_VIEW = {torch.int64: np.uint64, torch.int32: np.uint32}
+
+
 def _in_int32_range(ids: torch.Tensor) -> bool:
     """True if every entry of `ids` (any integer dtype) lies in [0, MAX_TOKEN_ID]."""
+    if ids.dtype in _UNSIGNED_VIEW:  # one max on the host: a negative id is huge unsigned
+        try:
+            a = ids.numpy()
+        except (RuntimeError, TypeError):  # on another device, or requiring grad
+            pass
+        else:
+            return a.size == 0 or int(a.view(_UNSIGNED_VIEW[ids.dtype]).max()) <= MAX_TOKEN_ID
     if ids.numel() == 0:
         return True
-    if ids.dtype in (torch.int64, torch.int32) and ids.device.type == "cpu":  # one max: a negative id is huge unsigned
-        return int(ids.numpy().view(np.uint64 if ids.dtype == torch.int64 else np.uint32).max()) <= MAX_TOKEN_ID
     lo, hi = torch.aminmax(ids)
     return int(lo) >= 0 and int(hi) <= MAX_TOKEN_ID
 

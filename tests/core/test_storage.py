@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig, sumtree
-from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, pack_mask, prefix_lengths, prefix_rows
+from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, encode_rows, pack_mask, prefix_lengths, prefix_rows
 from helpers import make_batch
 
 
@@ -267,3 +267,30 @@ def test_a_draw_updates_only_the_tree_leaves_that_changed(monkeypatch):
     ref.rebuild(np.where(st.valid, st.col("weight"), 0.0))
     assert np.array_equal(st.tree.t, ref.t)
     assert len(seen) == 1 and np.array_equal(np.unique(seen[0]), np.sort(gone))
+
+
+def test_encode_rows_matches_a_per_row_reference_for_every_mask_shape():
+    """Prompts empty, whole, left-padded or holed and completion masks empty, whole, prefix or holed, mixed in
+    one batch: every row's real prompt tokens come out right-aligned in order and its completion length is its
+    last counted position + 1 (each fast path falls back where a row breaks its assumption)."""
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n, P, C = int(rng.integers(1, 9)), int(rng.integers(0, 6)), int(rng.integers(0, 6))
+        kinds = rng.integers(0, 4, n)  # 0 empty, 1 whole, 2 a contiguous run at the end (left-padded), 3 random
+        pm = np.zeros((n, P), bool)
+        for i, k in enumerate(kinds):
+            pm[i] = {0: np.zeros(P, bool), 1: np.ones(P, bool), 2: np.arange(P) >= rng.integers(0, P + 1),
+                     3: rng.random(P) < 0.5}[int(k)]
+        cm = np.zeros((n, C), bool)
+        for i in range(n):
+            cm[i] = np.arange(C) < rng.integers(0, C + 1) if rng.random() < 0.7 else rng.random(C) < 0.5
+        pid = rng.integers(1, 100, (n, P)).astype(np.int64)
+        rows = encode_rows(pid, pm, np.zeros((n, C), np.int32), cm, np.zeros((n, C), np.float32), None)
+        assert rows.prompt_len.tolist() == pm.sum(1).tolist()
+        for i in range(n):
+            p = int(rows.prompt_len[i])
+            kept = rows.prompt_ids[i][rows.prompt_mask[i]]
+            assert kept.tolist() == pid[i][pm[i]].tolist() and rows.prompt_mask[i].sum() == p
+            assert p == 0 or rows.prompt_mask[i, -p:].all()  # right-aligned
+            last = np.flatnonzero(cm[i])
+            assert rows.comp_len[i] == (last[-1] + 1 if len(last) else 0)
