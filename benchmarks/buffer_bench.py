@@ -156,8 +156,9 @@ class TorchRL:
                                          batch_size=DRAW)
         self.batches = [TensorDict({k: torch.from_numpy(v) for k, v in payload(PER_STEP, i).items()}, batch_size=[PER_STEP])
                         for i in range(N_BATCHES)]
-        # TorchRL raises a priority to alpha itself: pass the signal |A| + eps
-        self.prio = [torch.from_numpy(np.abs(b["adv"].numpy().astype(np.float64)) + EPS) for b in self.batches]
+        # TorchRL raises a priority to alpha itself: pass the signal |A| + eps. Its sum tree is float32 (the
+        # float64 option fails inside extend in 0.14.1: the default priority it writes is float32)
+        self.prio = [torch.from_numpy(np.abs(b["adv"].numpy()) + np.float32(EPS)) for b in self.batches]
         for s in range(n // PER_STEP):
             self._add(s)
         self.step = n // PER_STEP
