@@ -8,7 +8,7 @@ from grpo_replay.storage import RolloutStorage, StoredRow, SumTree, encode_rows,
 from helpers import make_batch
 
 
-@pytest.mark.parametrize("top_max", [4096, 2])  # 2: three levels of running sums under the top from 33 leaves
+@pytest.mark.parametrize("top_max", [4096, 2])  # 2: two levels of running sums from 33 leaves, three from 513
 def test_sum_tree_updates_equal_a_rebuild(monkeypatch, top_max):
     monkeypatch.setattr(sumtree, "TOP_MAX", top_max)
     rng = np.random.default_rng(0)
