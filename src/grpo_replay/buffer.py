@@ -357,7 +357,7 @@ def _group_index(group_ids: np.ndarray) -> np.ndarray:
     """(n,) int64: each row's rank among the distinct group ids (np.unique's inverse), without a sort when
     the ids are already in order (rows of a group adjacent, as generation hands them over)."""
     g = np.asarray(group_ids).ravel()
-    if len(g) and bool(np.greater_equal(g[1:], g[:-1]).all()):
+    if len(g) and bool((g[1:] >= g[:-1]).all()):
         inv = np.empty(len(g), np.int64)
         inv[0] = 0
         np.cumsum(g[1:] != g[:-1], out=inv[1:])

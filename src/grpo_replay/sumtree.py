@@ -4,7 +4,8 @@ Shaped for numpy, where a call costs more than the arithmetic in it: nodes have 
 block of siblings stores its running sums, so a level of a search is a block gather, one comparison and a
 count (no per-node arithmetic); above the last level, a few thousand nodes at most, one cumulative sum is
 searched by `np.searchsorted`. A search over a million leaves is then one `searchsorted` and two levels, where
-a binary tree walks 20 levels of scattered single-node gathers (measured: 4x slower at 1M leaves).
+a binary tree walks 20 levels of scattered single-node gathers (a 584-target search at 1M leaves, measured
+with timeit: 215 us, the binary tree 500 us).
 """
 from __future__ import annotations
 
