@@ -8,6 +8,7 @@ Advantages, group statistics, behaviour log-probs and the sampling weight are fr
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Optional, Sequence
 
@@ -19,7 +20,7 @@ from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
-from .rollout import RolloutBatch, check_completion_mask, check_token_ids, unchecked_batch
+from .rollout import MAX_TOKEN_ID, RolloutBatch, check_completion_mask, check_token_ids, unchecked_batch
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
 from .storage import RolloutStorage, encode_rows
 
@@ -86,25 +87,16 @@ class ReplayBuffer:
         n = len(batch)
         if n == 0:
             return 0
-        self._check_fresh(batch)
-        adv, std = _host(batch.advantages, torch.float32), _host(batch.group_std, torch.float32)
-        if not (_finite(adv) and _finite(std)):  # one reduction each; the rows are found only on failure
-            if not np.isfinite(adv).all():
-                bad = np.flatnonzero(~np.isfinite(adv))[:5].tolist()
-                raise ValueError(f"ReplayBuffer.add: advantages must be finite; rows {bad} are NaN or inf")
-            raise ValueError("ReplayBuffer.add: group_std must be finite")
+        a = _fresh_arrays(batch)
         pk = _prompt_keys(prompt_keys, n)
-        inv = _group_index(_host(batch.group_ids))
-        rows = encode_rows(
-            _host(batch.prompt_ids), _host(batch.prompt_mask), _host(batch.completion_ids), _host(batch.completion_mask),
-            _host(batch.behaviour_logps, torch.float32),
-            _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None,
-        )
+        inv, n_groups = _group_index(a["group_ids"])
+        rows = encode_rows(a["prompt_ids"], a["prompt_mask"], a["completion_ids"], a["completion_mask"],
+                           a["behaviour_logps"], a["ref_logps"])
         columns = {
             "birth_step": np.full(n, step, np.int64),
-            "advantage": adv,
-            "reward": _host(batch.rewards, torch.float32),
-            "group_std": std,
+            "advantage": a["advantages"],
+            "reward": a["rewards"],
+            "group_std": a["group_std"],
             "group_key": self._next_group + inv,
             "prompt_key": pk,
             "prompt_len": rows.prompt_len,
@@ -123,28 +115,13 @@ class ReplayBuffer:
         if prompt_keys is None:
             del stored["prompt_key"]
         self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask)
-        self._next_group += int(inv.max()) + 1
+        self._next_group += n_groups
         self._see(step)
         self.totals.added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
         self.storage.remove(evict)
         self.totals.evicted_capacity += len(evict)
         return n
-
-    def _check_fresh(self, batch: RolloutBatch) -> None:
-        """Raise ValueError if `batch` cannot be stored as it is (nothing is changed)."""
-        if _host(batch.is_replay).any():
-            raise ValueError("ReplayBuffer.add: batch holds replay rows; insert only fresh rows")
-        for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
-            if getattr(batch, name).shape != batch.completion_ids.shape:
-                raise ValueError(
-                    f"ReplayBuffer.add: {name} has shape {tuple(getattr(batch, name).shape)}, "
-                    f"completion_ids has {tuple(batch.completion_ids.shape)}; they must match"
-                )
-        check_token_ids(batch, "ReplayBuffer.add")
-        check_completion_mask(batch.completion_mask, "ReplayBuffer.add")
-        # ref_logps present in this batch and absent in the stored rows (or the reverse): RolloutStorage.add
-        # refuses it before it changes anything
 
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
@@ -327,10 +304,55 @@ def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> np.ndarray:
         return t.detach().cpu().numpy()
 
 
+_FRESH_FIELDS = {"prompt_ids": None, "prompt_mask": None, "completion_ids": None, "completion_mask": None,
+                 "behaviour_logps": torch.float32, "advantages": torch.float32, "rewards": torch.float32,
+                 "group_std": torch.float32, "group_ids": None}
+_WIDE_IDS = (torch.int32, torch.int64)
+_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+
+
+def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
+    """The fields `add` stores, as host numpy arrays (views where they can be; log-probs, advantages,
+    rewards and group_std as float32), after every check on their values: no replay rows, completion-shaped
+    masks and log-probs, token ids that fit int32, a 0/1 completion mask, finite advantages and group_std.
+    Raises ValueError naming the field (nothing is changed). The common case costs a few reductions: the
+    precise checks (`check_token_ids`) run only when a fast one fails or the dtypes are unusual."""
+    where = "ReplayBuffer.add"
+    if np.count_nonzero(_host(batch.is_replay)):
+        raise ValueError(f"{where}: batch holds replay rows; insert only fresh rows")
+    shape = batch.completion_ids.shape
+    for name in ("completion_mask", "behaviour_logps") + (("ref_logps",) if batch.ref_logps is not None else ()):
+        if getattr(batch, name).shape != shape:
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(getattr(batch, name).shape)}, completion_ids has {tuple(shape)}; "
+                f"they must match"
+            )
+    pid, cid = batch.prompt_ids, batch.completion_ids
+    usual = pid.dtype in _WIDE_IDS and cid.dtype in _WIDE_IDS and batch.prompt_mask.shape == pid.shape
+    if not usual:
+        check_token_ids(batch, where)  # refuses another dtype or shape before a float or bfloat16 reaches numpy
+    check_completion_mask(batch.completion_mask, where)
+    a = {k: _host(getattr(batch, k), dt) for k, dt in _FRESH_FIELDS.items()}
+    a["ref_logps"] = _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None
+    if usual and not (_fits_int32(a["prompt_ids"]) and _fits_int32(a["completion_ids"])):
+        check_token_ids(batch, where)  # raises, unless the ids outside int32 sit only in padding
+    for k in ("advantages", "group_std"):
+        if not _finite(a[k]):
+            bad = np.flatnonzero(~np.isfinite(a[k]))[:5].tolist()
+            raise ValueError(f"{where}: {k} must be finite; rows {bad} are NaN or inf")
+    return a
+
+
+def _fits_int32(ids: np.ndarray) -> bool:
+    """True if every entry of int32 or int64 `ids` lies in [0, 2**31 - 1]: one max, a negative id being huge
+    unsigned."""
+    return ids.size == 0 or int(ids.view(_UNSIGNED[ids.dtype]).max()) <= MAX_TOKEN_ID
+
+
 def _finite(a: np.ndarray) -> bool:
     """True if every entry is finite: a NaN or inf makes the sum non-finite, and a float64 sum of float32
     values cannot overflow."""
-    return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))
+    return math.isfinite(np.add.reduce(a, dtype=np.float64))
 
 
 def _step_arg(step: Any, where: str) -> int:
@@ -353,13 +375,15 @@ def _prompt_keys(prompt_keys: Optional[Sequence[int]], n: int) -> np.ndarray:
     return pk.astype(np.int64)
 
 
-def _group_index(group_ids: np.ndarray) -> np.ndarray:
-    """(n,) int64: each row's rank among the distinct group ids (np.unique's inverse), without a sort when
-    the ids are already in order (rows of a group adjacent, as generation hands them over)."""
-    g = np.asarray(group_ids).ravel()
+def _group_index(group_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """((n,) int64 rank of each row's group id among the distinct ids (np.unique's inverse), the number of
+    distinct ids), without a sort when the ids are already in order (rows of a group adjacent, as generation
+    hands them over)."""
+    g = group_ids.ravel()
     if len(g) and bool((g[1:] >= g[:-1]).all()):
         inv = np.empty(len(g), np.int64)
         inv[0] = 0
         np.cumsum(g[1:] != g[:-1], out=inv[1:])
-        return inv
-    return np.unique(g, return_inverse=True)[1].astype(np.int64).ravel()
+        return inv, int(inv[-1]) + 1
+    uniq, inv = np.unique(g, return_inverse=True)
+    return inv.astype(np.int64).ravel(), len(uniq)

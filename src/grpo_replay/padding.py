@@ -51,7 +51,7 @@ def prefix_lengths(mask: np.ndarray) -> Optional[np.ndarray]:
     n, C = mask.shape
     if n == 0 or C == 0:
         return np.zeros(n, np.int64)
-    first_false = np.argmin(mask, axis=1)  # 0 also when a row is all True
+    first_false = mask.argmin(axis=1)  # 0 also when a row is all True (methods: np.argmin's wrapper costs 1 us)
     lengths = np.where((first_false == 0) & mask[:, 0], C, first_false)
     # A row holds at least its prefix's Trues: equal totals mean no row has a True past its prefix.
     return lengths if np.count_nonzero(mask) == int(lengths.sum()) else None
@@ -164,7 +164,7 @@ def encode_rows(prompt_ids: np.ndarray, prompt_mask: np.ndarray, completion_ids:
     # Left-padded with one contiguous, non-empty run of real tokens in every row iff the count of real tokens
     # equals the sum over rows of P - (first real position), a row holding at most that many (an empty row
     # none, against P): one early-stopping search and one flat count.
-    plen = P - np.argmax(pm, axis=1) if P else np.zeros(n, np.int64)
+    plen = P - pm.argmax(axis=1) if P else np.zeros(n, np.int64)
     if np.count_nonzero(pm) != int(plen.sum()):  # rare: empty prompts, or real tokens to move right, in order
         plen = np.count_nonzero(pm, axis=1).astype(np.int64)
         order = np.argsort(pm, axis=1, kind="stable")

@@ -191,3 +191,39 @@ def test_group_draws_fill_the_rows_with_the_groups_that_fit(replacement, seed):
         # none left out fits the rows still missing (with replacement any group may come again)
         left = stored if replacement else stored - set(taken)
         assert all(size > n_rows - len(out) for size in left)
+
+
+def _smallest_by_full_partition(keys, k):
+    top = np.argpartition(keys, k - 1)[:k]
+    return top[np.argsort(keys[top], kind="stable")]
+
+
+@pytest.mark.parametrize("weights", ["uniform", "skewed", "periodic", "zeros"])
+@pytest.mark.parametrize("n", [100, 2048, 9984, 50_000])
+def test_smallest_keys_equals_a_full_partition(weights, n):
+    """The prefiltered selection gives the same indices in the same order as partitioning every key, for
+    weights the stride could sample badly (period 16), many zero weights (inf keys) and every k up to n."""
+    from grpo_replay.sampler import smallest_keys
+
+    rng = np.random.default_rng(n)
+    w = {"uniform": rng.random(n) + 0.1, "skewed": rng.pareto(0.5, n) + 1e-6,
+         "periodic": np.where(np.arange(n) % 16 == 0, 1e-3, 1.0),
+         "zeros": np.where(rng.random(n) < 0.9, 0.0, rng.random(n))}[weights]
+    with np.errstate(divide="ignore"):
+        for k in sorted({1, 2, 7, n // 64 + 1, n // 8, n // 8 + 1, n // 2, n - 1}):
+            keys = rng.standard_exponential(n) / w
+            np.testing.assert_array_equal(smallest_keys(keys, k), _smallest_by_full_partition(keys, k))
+
+
+def test_smallest_keys_skips_the_full_partition_for_a_small_share(monkeypatch):
+    """512 of 10k keys: the bound from every 16th key keeps enough, so no key beyond it is partitioned."""
+    from grpo_replay.sampler import smallest_keys
+
+    keys = np.random.default_rng(0).standard_exponential(9984)
+    expected = _smallest_by_full_partition(keys, 512)
+
+    def refuse(*a, **k):
+        raise AssertionError("partitioned every key")
+
+    monkeypatch.setattr(np, "argpartition", refuse)
+    np.testing.assert_array_equal(smallest_keys(keys, 512), expected)

@@ -151,3 +151,33 @@ def test_largest_int32_token_id_round_trips_and_padding_is_ignored():
     buf.add(dataclasses.replace(b, completion_ids=ids, prompt_ids=prompt_ids), 0)
     out = buf.gather(buf.storage.valid_slots())
     assert int(out.completion_ids.max()) == 2**31 - 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.bool])
+@pytest.mark.parametrize("field", ["prompt_ids", "completion_ids"])
+def test_token_ids_of_a_non_integer_dtype_are_refused_on_insert(field, dtype):
+    b = make_batch(2, 4)
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0))
+    with pytest.raises(ValueError, match=rf"ReplayBuffer.add: {field} has dtype {dtype}; allowed: an integer dtype"):
+        buf.add(dataclasses.replace(b, **{field: getattr(b, field).to(dtype)}), 0)
+    assert len(buf) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_token_ids_of_any_integer_dtype_are_stored_as_they_are(dtype):
+    b = make_batch(2, 4)
+    small = dataclasses.replace(b, prompt_ids=b.prompt_ids % 200, completion_ids=b.completion_ids % 200)
+    typed = dataclasses.replace(small, prompt_ids=small.prompt_ids.to(dtype), completion_ids=small.completion_ids.to(dtype))
+    bufs = [ReplayBuffer(ReplayConfig(warmup_steps=0)) for _ in range(2)]
+    bufs[0].add(small, 0)
+    bufs[1].add(typed, 0)
+    a, t = (buf.gather(buf.storage.valid_slots()) for buf in bufs)
+    assert torch.equal(a.prompt_ids, t.prompt_ids) and torch.equal(a.completion_ids, t.completion_ids)
+
+
+def test_a_prompt_mask_of_another_shape_is_refused_on_insert():
+    b = make_batch(2, 4)
+    buf = ReplayBuffer(ReplayConfig(warmup_steps=0))
+    with pytest.raises(ValueError, match="ReplayBuffer.add: prompt_mask has shape .* prompt_ids has .* they must match"):
+        buf.add(dataclasses.replace(b, prompt_mask=b.prompt_mask[:, 1:]), 0)
+    assert len(buf) == 0
