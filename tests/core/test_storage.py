@@ -146,7 +146,7 @@ def test_storage_add_remove_and_tokens_directly():
 
 
 
-@pytest.mark.parametrize("width", [0, 1, 7, 64, 300])
+@pytest.mark.parametrize("width", [0, 1, 7, 64, 65, 300])  # 64 | 65: the two gathers of prefix_rows
 def test_prefix_lengths_only_for_prefix_masks_and_prefix_rows_rebuild_them(width):
     rng = np.random.default_rng(width)
     lengths = rng.integers(0, width + 1, 30)
