@@ -318,6 +318,33 @@ def copy_pairs(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBatch) -> 
     return pairs
 
 
+def random_row_copies(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBatch, slots: np.ndarray,
+                      pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """The copy floor's bytes, but the replay batch's token rows read from where a draw must read them: its
+    slots' rows of the padded arenas (`np.take` of whole rows into arrays allocated beforehand; no padded
+    storage can read fewer bytes), the rest copied as in the copy floor. The gap between this floor and the
+    copy floor is what reading rows scattered over the arenas costs, whatever the code around it."""
+    st = buf.storage
+    from_arena = {"prompt_ids": st.prompt_ids, "completion_ids": st.arena["comp_ids"],
+                  "behaviour_logps": st.arena["logps"]}
+    replay_fields = [k for k, t in vars(replay).items() if isinstance(t, torch.Tensor)]
+    first_replay = len(pairs) - len(replay_fields)
+    np.count_nonzero(fresh.completion_mask.numpy())
+    for i, (src, dst) in enumerate(pairs):
+        field = replay_fields[i - first_replay] if i >= first_replay else None
+        if field in from_arena:
+            arena = from_arena[field]
+            key = (field, len(slots), arena.shape[1])
+            if key not in _ROWS_OUT:
+                _ROWS_OUT[key] = np.empty((len(slots), arena.shape[1]), arena.dtype)
+            np.take(arena, slots, axis=0, out=_ROWS_OUT[key])
+        else:
+            np.copyto(dst, src)
+
+
+_ROWS_OUT: dict[tuple, np.ndarray] = {}
+
+
 _SCRATCH = np.zeros(0, np.uint8)
 
 
@@ -366,9 +393,16 @@ def bench_paper_default(repeats: int, unpadded: bool = False) -> dict:
         for src, dst in pairs:
             np.copyto(dst, src)
         floor.append(((time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3))
+    rows_floor = []
+    for _ in range(repeats if buf.storage.ragged is None else 0):
+        flush_caches()
+        w0, c0 = time.perf_counter(), time.thread_time()
+        random_row_copies(buf, fresh, replay, slots, pairs)
+        rows_floor.append(((time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3))
     book = [tuple(sum(times[k][i][j] for k in ("evict", "sample", "gather", "add")) for j in (0, 1)) for i in range(repeats)]
     return {"stored": len(buf), "fresh": len(fresh), "replay": n_replay, "bytes_per_row": buf.storage.nbytes() / len(buf),
             "ops": {k: summary(v) for k, v in times.items()}, "bookkeeping": summary(book), "floor": summary(floor),
+            "rows_floor": summary(rows_floor) if rows_floor else None,
             "floor_bytes": sum(d.nbytes for _, d in pairs),
             "real_token_bytes": int(fresh.completion_mask.sum()) * 8 + int(replay.completion_mask.sum()) * 9}
 
@@ -447,6 +481,11 @@ def main() -> None:
               f"written, {p['floor_bytes'] / f['wall_med'] / 1e6:.1f} GB/s): {fmt(f)}\n  bookkeeping / floor (medians): "
               f"{b['wall_med'] / f['wall_med']:.2f}x wall, {b['cpu_med'] / f['cpu_med']:.2f}x CPU (target <= 1.2)\n"
               f"  real tokens only (ids + log-probs in, ids + log-probs + mask out): {p['real_token_bytes'] / 1e6:.1f} MB")
+        if p["rows_floor"]:
+            r = p["rows_floor"]
+            print(f"  random-row floor (the same, the replay token rows read from their slots): {fmt(r)}\n"
+                  f"  bookkeeping / random-row floor (medians): {b['wall_med'] / r['wall_med']:.2f}x wall, "
+                  f"{b['cpu_med'] / r['cpu_med']:.2f}x CPU; random-row / copy floor: {r['wall_med'] / f['wall_med']:.2f}x")
     print(f"\nwhole command: {time.perf_counter() - t0:.0f} s")
 
 

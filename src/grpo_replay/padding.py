@@ -8,33 +8,50 @@ import numpy as np
 
 
 class RowWriter:
-    """Writes n rows into arenas at `slots`: through a view when the slots are one ascending run (the usual
-    case with LIFO reuse), else through one block per arena. One copy per arena (cast on the copy, only
+    """Writes n rows into arenas at `slots`: through views when the slots are at most `MAX_RUNS` ascending
+    runs (the usual case with LIFO reuse: one run, or two where a growth of the storage left free slots at
+    the end of the old ones), else through one block per arena. One copy per arena (cast on the copy, only
     the batch's own width), the rest of each row zeroed; no per-row work."""
+
+    MAX_RUNS = 4
 
     def __init__(self, slots: np.ndarray):
         self.slots, self.n = slots, len(slots)
         self.lo = int(slots[0]) if self.n else 0
         # n distinct slots from lo to lo + n - 1, ascending, are exactly that run
         self.run = self.n > 0 and int(slots[-1]) - self.lo == self.n - 1 and bool(np.greater(slots[1:], slots[:-1]).all())
+        self.runs: Optional[list[tuple[int, int, int]]] = [(0, self.n, self.lo)] if self.run else None
+        if self.n and not self.run:
+            cuts = np.flatnonzero(slots[1:] != slots[:-1] + 1) + 1  # distinct slots: a run is a step of +1
+            if len(cuts) < self.MAX_RUNS:
+                bounds = [0, *cuts.tolist(), self.n]
+                self.runs = [(a, b, int(slots[a])) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def put(self, arena: np.ndarray, src: np.ndarray, left: bool = False, keep: Optional[np.ndarray] = None) -> None:
         """`keep` (bool, src's shape): write 0 where it is False (a multiply: the zeroing costs no extra pass)."""
-        W, w = arena.shape[1], src.shape[1]
-        dst = arena[self.lo : self.lo + self.n] if self.run else np.empty((self.n, W), arena.dtype)
-        if left:  # right-aligned
-            if W > w:
-                dst[:, : W - w] = 0
-            if keep is None:
-                dst[:, W - w :] = src
-            else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
-                np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
-        else:
-            dst[:, :w] = src
-            if W > w:
-                dst[:, w:] = 0
-        if not self.run:
-            arena[self.slots] = dst
+        if self.runs is None:
+            block = np.empty((self.n, arena.shape[1]), arena.dtype)
+            _fill(block, src, left, keep)
+            arena[self.slots] = block
+            return
+        for a, b, lo in self.runs:
+            _fill(arena[lo : lo + b - a], src[a:b], left, None if keep is None else keep[a:b])
+
+
+def _fill(dst: np.ndarray, src: np.ndarray, left: bool, keep: Optional[np.ndarray]) -> None:
+    """dst's rows = src's, right-aligned (`left` padding) or left-aligned, the rest zero."""
+    W, w = dst.shape[1], src.shape[1]
+    if left:
+        if W > w:
+            dst[:, : W - w] = 0
+        if keep is None:
+            dst[:, W - w :] = src
+        else:  # ids outside int32 sit only where keep is False (check_token_ids): they become 0
+            np.multiply(src, keep, out=dst[:, W - w :], casting="unsafe")
+    else:
+        dst[:, :w] = src
+        if W > w:
+            dst[:, w:] = 0
 
 
 def pack_mask(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

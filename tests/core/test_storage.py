@@ -294,3 +294,27 @@ def test_encode_rows_matches_a_per_row_reference_for_every_mask_shape():
             assert p == 0 or rows.prompt_mask[i, -p:].all()  # right-aligned
             last = np.flatnonzero(cm[i])
             assert rows.comp_len[i] == (last[-1] + 1 if len(last) else 0)
+
+
+@pytest.mark.parametrize("layout", ["one run", "two runs", "four runs", "five runs", "descending", "scattered"])
+@pytest.mark.parametrize("left", [False, True])
+def test_row_writer_writes_every_slot_layout_like_a_row_by_row_copy(layout, left):
+    """Through views (up to MAX_RUNS ascending runs) or through a block: each slot's row holds its source row,
+    aligned and zero-filled, `keep` zeroing masked positions; no other row changes."""
+    from grpo_replay.padding import RowWriter
+
+    rng = np.random.default_rng(len(layout) + left)
+    slots = {"one run": np.arange(10, 22), "two runs": np.r_[40:46, 10:16], "four runs": np.r_[1:4, 7:10, 20:23, 30:33],
+             "five runs": np.r_[1:3, 5:7, 9:11, 13:15, 17:19, 21:23][:10], "descending": np.arange(30, 18, -1),
+             "scattered": rng.permutation(48)[:12]}[layout].astype(np.int64)
+    arena = rng.integers(1, 99, (48, 9)).astype(np.int32)
+    src = rng.integers(100, 999, (len(slots), 6))
+    keep = rng.random(src.shape) < 0.8 if left else None
+    expected = arena.copy()
+    for row, s in enumerate(slots):
+        vals = src[row] * (keep[row] if keep is not None else 1)
+        expected[s] = np.r_[np.zeros(3), vals] if left else np.r_[vals, np.zeros(3)]
+    writer = RowWriter(slots)
+    assert (writer.runs is not None) == (layout in ("one run", "two runs", "four runs"))
+    writer.put(arena, src, left=left, keep=keep)
+    np.testing.assert_array_equal(arena, expected)
