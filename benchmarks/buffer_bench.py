@@ -8,13 +8,15 @@ Usage:
    16 x int32, completion mask 16 x bool, behaviour log-probs 16 x float32, advantage and reward float32, group
    id and birth step int64 (232 bytes; completion lengths uniform in 1..16, masks a prefix). Each is filled to
    N rows (N rounded to a multiple of 256) and then does, per step: add 256 rows with their priorities
-   (|A| + eps)^alpha, drop the 256 oldest, draw 512 rows with their data. Ours drops them by age
-   (tau_max = N / 256 - 1 steps, so every step evicts exactly 256 rows; checked); cpprb and TorchRL are rings
-   of N rows, so their add overwrites the oldest. Ours draws without replacement (its default) and with; cpprb's
-   PrioritizedReplayBuffer and TorchRL's PrioritizedSampler draw with replacement only, and also compute
-   importance weights (beta = 0.4), which ours does not need. All libraries live in this one process and run
-   interleaved: in each round each library (in a rotated order) runs --steps steps; every op is timed with wall
-   clock (time.perf_counter) and this thread's CPU time (time.thread_time), min and median over all steps.
+   (|A| + eps)^alpha, computed from the advantages inside the timed add as ours computes its weights there
+   (TorchRL is given |A| + eps and raises it to alpha itself), drop the 256 oldest, draw 512 rows with their
+   data. Ours drops them by age (tau_max = N / 256 - 1 steps, so every step evicts exactly 256 rows;
+   checked); cpprb and TorchRL are rings of N rows, so their add overwrites the oldest. Ours draws without
+   replacement (its default) and with; cpprb's PrioritizedReplayBuffer and TorchRL's PrioritizedSampler draw
+   with replacement only, and also compute importance weights (beta = 0.4), which ours does not need. All
+   libraries live in this one process and run interleaved: in each round each library (in a rotated order)
+   runs --steps steps; every op is timed with wall clock (time.perf_counter) and this thread's CPU time
+   (time.thread_time), min and median over all steps.
    TorchRL is measured when it imports (torchrl 0.14.1's C++ sum tree needs torch >= 2.14.1; see
    docs/benchmarks.md for the environment) and is reported unavailable otherwise.
 2. Memory: for each --rss-sizes N, one child process per library builds the buffer, runs 20 steps and reports
@@ -23,10 +25,11 @@ Usage:
    (tau_max = 10), then each step: evict, sample 256 replay rows, gather them, add the 512 fresh rows
    ("bookkeeping"), and compose. The copy floor, measured in the same run: the bytes that bookkeeping must move
    (the fresh rows' fields into arena rows of the arena's width, the replay batch's fields out), copied with
-   np.copyto between arrays allocated beforehand, plus one read of the fresh completion mask. The caches are flushed before each step and each floor copy
-   (both read from memory, as in a trainer). The target: bookkeeping within 1.2x of that floor. Run for the
-   padded storage (the default) and for `RolloutStorage(unpadded=True)`, whose floor moves the completions'
-   real positions only.
+   np.copyto between arrays allocated beforehand, plus one read of the fresh completion mask. The caches are
+   flushed before each step and each floor copy (both read from memory, as in a trainer). The target:
+   bookkeeping within 1.2x of that floor. Beside it (padded storage), a random-row floor: the same, but the
+   replay token rows read from the drawn slots' arena rows (`random_row_copies`). Run for the padded storage
+   (the default) and for `RolloutStorage(unpadded=True)`, whose floor moves the completions' real positions only.
 """
 from __future__ import annotations
 
@@ -125,14 +128,14 @@ class Cpprb:
                "group": {"dtype": np.int64}, "birth": {"dtype": np.int64}}
         self.rb = cpprb.PrioritizedReplayBuffer(n, env, alpha=ALPHA, eps=EPS)
         self.batches = [payload(PER_STEP, i) for i in range(N_BATCHES)]
-        self.prio = [priorities(b) for b in self.batches]
         for s in range(n // PER_STEP):
             self._add(s)
         self.step = n // PER_STEP
 
     def _add(self, s: int) -> None:
         b = self.batches[s % N_BATCHES]
-        self.rb.add(**b, birth=np.full(PER_STEP, s, np.int64), priorities=self.prio[s % N_BATCHES])
+        # the priorities from the advantages, inside the timed add: ours computes its weights there too
+        self.rb.add(**b, birth=np.full(PER_STEP, s, np.int64), priorities=priorities(b))
 
     def ops(self):
         s = self.step
@@ -156,9 +159,6 @@ class TorchRL:
                                          batch_size=DRAW)
         self.batches = [TensorDict({k: torch.from_numpy(v) for k, v in payload(PER_STEP, i).items()}, batch_size=[PER_STEP])
                         for i in range(N_BATCHES)]
-        # TorchRL raises a priority to alpha itself: pass the signal |A| + eps. Its sum tree is float32 (the
-        # float64 option fails inside extend in 0.14.1: the default priority it writes is float32)
-        self.prio = [torch.from_numpy(np.abs(b["adv"].numpy()) + np.float32(EPS)) for b in self.batches]
         for s in range(n // PER_STEP):
             self._add(s)
         self.step = n // PER_STEP
@@ -167,7 +167,9 @@ class TorchRL:
         b = self.batches[s % N_BATCHES]
         b["birth"] = torch.full((PER_STEP,), s, dtype=torch.int64)
         idx = self.rb.extend(b)
-        self.rb.update_priority(idx, self.prio[s % N_BATCHES])
+        # TorchRL raises a priority to alpha itself: pass the signal |A| + eps, computed here as ours is. Its sum
+        # tree is float32 (the float64 option fails inside extend in 0.14.1: the default priority it writes is float32)
+        self.rb.update_priority(idx, b["adv"].abs() + EPS)
 
     def ops(self):
         s = self.step
