@@ -129,7 +129,7 @@ class RolloutStorage:
         return np.broadcast_to(np.array(_LAZY_COLUMNS[name], COLUMNS[name]), (self.slots,))
 
     def valid_slots(self) -> np.ndarray:
-        return np.flatnonzero(self.valid)
+        return self.valid.nonzero()[0]
 
     def keys(self) -> tuple[np.ndarray, np.ndarray]:
         """(insertion numbers, prompt keys) of the stored rows, (n,) int64 each, in slot order (copies)."""

@@ -202,12 +202,12 @@ def _smallest_by_full_partition(keys, k):
 @pytest.mark.parametrize("n", [100, 2048, 9984, 50_000])
 def test_smallest_keys_equals_a_full_partition(weights, n):
     """The prefiltered selection gives the same indices in the same order as partitioning every key, for
-    weights the stride could sample badly (period 16), many zero weights (inf keys) and every k up to n."""
-    from grpo_replay.sampler import smallest_keys
+    weights the stride could sample badly (its period), many zero weights (inf keys) and every k up to n."""
+    from grpo_replay.sampler import _PREFILTER_STRIDE, smallest_keys
 
     rng = np.random.default_rng(n)
     w = {"uniform": rng.random(n) + 0.1, "skewed": rng.pareto(0.5, n) + 1e-6,
-         "periodic": np.where(np.arange(n) % 16 == 0, 1e-3, 1.0),
+         "periodic": np.where(np.arange(n) % _PREFILTER_STRIDE == 0, 1e-3, 1.0),
          "zeros": np.where(rng.random(n) < 0.9, 0.0, rng.random(n))}[weights]
     with np.errstate(divide="ignore"):
         for k in sorted({1, 2, 7, n // 64 + 1, n // 8, n // 8 + 1, n // 2, n - 1}):
@@ -216,7 +216,7 @@ def test_smallest_keys_equals_a_full_partition(weights, n):
 
 
 def test_smallest_keys_skips_the_full_partition_for_a_small_share(monkeypatch):
-    """512 of 10k keys: the bound from every 16th key keeps enough, so no key beyond it is partitioned."""
+    """512 of 10k keys: the bound from a stride of the keys keeps enough, so not every key is partitioned."""
     from grpo_replay.sampler import smallest_keys
 
     keys = np.random.default_rng(0).standard_exponential(9984)
