@@ -28,7 +28,10 @@ class BirthIndex:
             if birth >= step:
                 break
             keep = valid[at] & (births[at] == birth)
-            found.append(np.flatnonzero(keep) + at.start if isinstance(at, slice) else at[keep].astype(np.int64))
+            if isinstance(at, slice):  # all still there (the usual case): the range itself
+                found.append(np.arange(at.start, at.stop) if keep.all() else np.flatnonzero(keep) + at.start)
+            else:
+                found.append(at[keep].astype(np.int64))
         if not found:
             return np.zeros(0, np.int64)
         if len(found) == 1:
@@ -62,6 +65,9 @@ class BirthIndex:
         """Drop the oldest entries while none of their slots still holds a row of that birth step."""
         while self.entries:
             b, at = self.entries[0]
+            first = at.start if isinstance(at, slice) else int(at[0])
+            if valid[first] and births[first] == b:  # its first row is still there: no need to look further
+                return
             if (valid[at] & (births[at] == b)).any():
                 return
             del self.entries[0], self.steps[0]
