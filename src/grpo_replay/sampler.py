@@ -102,7 +102,8 @@ class PrioritizedSampler(Sampler):
         if self.replacement:
             cdf = np.cumsum(w)
             return np.searchsorted(cdf, rng.random(k) * cdf[-1], side="right").clip(max=len(w) - 1)
-        keys = rng.standard_exponential(len(w)) / w
+        keys = rng.standard_exponential(len(w))
+        keys /= w  # in place: one array of N keys, not two
         if k >= len(w):
             return np.argsort(keys, kind="stable")
         return smallest_keys(keys, k)
