@@ -20,7 +20,7 @@ from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
 from .priority import PRIORITIES
-from .rollout import MAX_TOKEN_ID, RolloutBatch, check_completion_mask, check_token_ids, unchecked_batch
+from .rollout import RolloutBatch, check_completion_mask, check_token_ids, ids_fit_int32, unchecked_batch
 from .sampler import GroupPrioritizedSampler, PrioritizedSampler, Sampler
 from .storage import RolloutStorage, encode_rows
 
@@ -308,7 +308,6 @@ _FRESH_FIELDS = {"prompt_ids": None, "prompt_mask": None, "completion_ids": None
                  "behaviour_logps": torch.float32, "advantages": torch.float32, "rewards": torch.float32,
                  "group_std": torch.float32, "group_ids": None}
 _WIDE_IDS = (torch.int32, torch.int64)
-_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
 
 
 def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
@@ -334,19 +333,13 @@ def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
     check_completion_mask(batch.completion_mask, where)
     a = {k: _host(getattr(batch, k), dt) for k, dt in _FRESH_FIELDS.items()}
     a["ref_logps"] = _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None
-    if usual and not (_fits_int32(a["prompt_ids"]) and _fits_int32(a["completion_ids"])):
+    if usual and not (ids_fit_int32(a["prompt_ids"]) and ids_fit_int32(a["completion_ids"])):
         check_token_ids(batch, where)  # raises, unless the ids outside int32 sit only in padding
     for k in ("advantages", "group_std"):
         if not _finite(a[k]):
             bad = np.flatnonzero(~np.isfinite(a[k]))[:5].tolist()
             raise ValueError(f"{where}: {k} must be finite; rows {bad} are NaN or inf")
     return a
-
-
-def _fits_int32(ids: np.ndarray) -> bool:
-    """True if every entry of int32 or int64 `ids` lies in [0, 2**31 - 1]: one max, a negative id being huge
-    unsigned."""
-    return ids.size == 0 or int(ids.view(_UNSIGNED[ids.dtype]).max()) <= MAX_TOKEN_ID
 
 
 def _finite(a: np.ndarray) -> bool:

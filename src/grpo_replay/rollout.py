@@ -255,18 +255,22 @@ def check_completion_mask(mask: torch.Tensor, where: str) -> None:
         raise ValueError(f"{where}: completion_mask holds {value!r}; allowed: 0 or 1 (or bool)")
 
 
-_UNSIGNED_VIEW = {torch.int64: np.uint64, torch.int32: np.uint32}
+_UNSIGNED_VIEW = {np.dtype(np.int64): np.uint64, np.dtype(np.int32): np.uint32}
+
+
+def ids_fit_int32(ids: np.ndarray) -> bool:
+    """True if every entry of int32 or int64 `ids` lies in [0, MAX_TOKEN_ID]: one max, a negative id being
+    huge unsigned."""
+    return ids.size == 0 or int(ids.view(_UNSIGNED_VIEW[ids.dtype]).max()) <= MAX_TOKEN_ID
 
 
 def _in_int32_range(ids: torch.Tensor) -> bool:
     """True if every entry of `ids` (any integer dtype) lies in [0, MAX_TOKEN_ID]."""
-    if ids.dtype in _UNSIGNED_VIEW:  # one max on the host: a negative id is huge unsigned
+    if ids.dtype in (torch.int64, torch.int32):  # one max on the host
         try:
-            a = ids.numpy()
+            return ids_fit_int32(ids.numpy())
         except (RuntimeError, TypeError):  # on another device, or requiring grad
             pass
-        else:
-            return a.size == 0 or int(a.view(_UNSIGNED_VIEW[ids.dtype]).max()) <= MAX_TOKEN_ID
     if ids.numel() == 0:
         return True
     lo, hi = torch.aminmax(ids)
