@@ -47,6 +47,30 @@ def test_dynamic_sampling_with_one_round_is_the_plaintrain_metrics(tiny_override
     assert strip(capped) == strip(plain)
 
 
+def test_capped_rounds_then_fill_fills_only_the_shortfall_at_the_cap(tiny_overrides, tmp_path):
+    cap = 2
+    rows = train_metrics(tiny_overrides, tmp_path / "r", preset="paper", dynamic_sampling=True,
+                         max_generation_rounds=cap, **{"replay.fill_filtered": True})
+    ppp, G, warmup = tiny_overrides["prompts_per_step"], tiny_overrides["group_size"], tiny_overrides["replay.warmup_steps"]
+    for r in rows:
+        assert r["fresh/count"] == r["dynamic/groups"] * G
+        # one round's worth of rows at most: the surplus rounds are not filled again from the buffer
+        assert r["update_rows"] == r["fresh/count"] + r["replay/count"] <= ppp * G
+    after = [r for r in rows if r["step"] > warmup]
+    assert any(r["dynamic/rounds"] == cap and r["replay/count"] > 0 for r in after)  # the cap was hit and filled
+    # the buffer holds more than a step's shortfall after warm-up here, so every short step is filled to ppp x G
+    assert all(r["update_rows"] == ppp * G for r in after if r["buffer/size"] >= ppp * G)
+
+
+def test_one_round_then_fill_is_fill_filtered_alone(tiny_overrides, tmp_path):
+    fill = {"replay.fill_filtered": True}
+    plain = train_metrics(tiny_overrides, tmp_path / "a", preset="paper", **fill)
+    capped = train_metrics(tiny_overrides, tmp_path / "b", preset="paper", dynamic_sampling=True, max_generation_rounds=1, **fill)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("dynamic/")} for r in without_times(rows)]  # noqa: E731
+    assert strip(capped) == strip(plain)
+    assert any(r["replay/count"] > 0 for r in plain)
+
+
 @pytest.mark.parametrize("extra", [
     # bounds loose enough that on every CPU kind some replayed rows pass the drift bound (and are then evicted by
     # max_uses) and some do not: a bound of 1e-3 dropped every row on one kind, so max_uses never acted
@@ -69,13 +93,11 @@ def test_a_resumed_run_matches_an_uninterrupted_one(tiny_overrides, tmp_path, ex
      ["TrainConfig.max_generation_rounds=3 is invalid; allowed: 10 (the default) unless dynamic_sampling is true"]),
     (["--set", "dynamic_sampling=true", "--set", "max_generation_rounds=0"],
      ["TrainConfig.max_generation_rounds=0 is invalid; allowed: an integer >= 1"]),
-    (["--set", "dynamic_sampling=true", "--set", "replay.fill_filtered=true"],
-     ["TrainConfig.dynamic_sampling=True is invalid; allowed: false with replay.fill_filtered=true"]),
     (["--backend", "trl", "--set", "update_epochs=2"],
      ["TrainConfig.update_epochs=2 is invalid; allowed: 1 with backend='trl'", "num_iterations"]),
     (["--backend", "trl", "--set", "dynamic_sampling=true"],
      ["TrainConfig.dynamic_sampling=True is invalid; allowed: false with backend='trl'"]),
-], ids=["epochs0", "rounds-without-dynamic", "rounds0", "dynamic+fill", "trl-epochs", "trl-dynamic"])
+], ids=["epochs0", "rounds-without-dynamic", "rounds0", "trl-epochs", "trl-dynamic"])
 def test_settings_that_cannot_act_exit_2_before_any_compute(tmp_path, capsys, sets, needles):
     out = tmp_path / "r"
     refused(["train", "--out", str(out), "--no-progress", *sets], out, capsys, *needles)

@@ -5,8 +5,10 @@ zero-variance groups like a plain step, and rounds continue until the kept group
 `max_generation_rounds` rounds have run. The update gets the first `prompts_per_step` kept groups in generation
 order (verl's DAPO trainer keeps `batch[:train_batch_size * n]`); the surplus is discarded, neither trained on
 nor stored for replay. A step that reaches the cap short of `prompts_per_step` groups trains on the groups it
-holds (the DAPO recipe raises an error there; a comparison must not stop a run halfway). Every round's rollouts
-count in `generated`.
+holds (the DAPO recipe raises an error there; a comparison must not stop a run halfway); with
+`replay.fill_filtered` the missing groups' rows are filled from the replay buffer instead (`unfilled_rows`), so a
+cap of k rounds sits between fill_filtered alone (k = 1) and DAPO (k = 10). Every round's rollouts count in
+`generated`.
 """
 from __future__ import annotations
 
@@ -67,6 +69,13 @@ def merge(rounds: list[Round], prompts_per_step: int) -> Round:
         n_generated=sum(r.n_generated for r in rounds),
         rounds=len(rounds),
     )
+
+
+def unfilled_rows(merged: Round) -> int:
+    """The rows the step's update lacks against one unfiltered round (prompts_per_step x G): what
+    `replay.fill_filtered` fills from the buffer. For one round these are the rows the zero-variance filter
+    removed; after several, only the shortfall left at the round cap (the surplus groups are not counted)."""
+    return merged.n_generated // merged.rounds - len(merged.fresh)
 
 
 def metrics(merged: Round) -> dict:

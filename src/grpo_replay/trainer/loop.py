@@ -25,7 +25,8 @@ Where this departs from the paper (or the summary is silent):
   - Learning rate, model and task are the testbed's, not the paper's 0.6B-4B Qwen3 on MATH.
   - Two baselines, off by default: cfg.update_epochs = mu > 1 makes mu whole-batch updates per step (the GRPO
     paper's mu; `update.py`), cfg.dynamic_sampling generates further rounds of fresh prompts until prompts_per_step
-    groups survive the filter (DAPO; `dynamic_sampling.py`).
+    groups survive the filter (DAPO; `dynamic_sampling.py`; with replay.fill_filtered the buffer fills what the
+    round cap leaves).
   - An addition, off by default: cfg.drift_probe > 0 measures the policy's drift per step on a fixed probe
     (drift/kl_1, drift/kl_tau; `drift.py`) at the start of each step, without touching the training run.
 """
@@ -207,14 +208,15 @@ def step(run: Run, t: int) -> StepOutput:
     while cfg.dynamic_sampling and needs_another_round(rounds, cfg.prompts_per_step, cfg.max_generation_rounds):
         rounds.append(generate_round(run, t))
     gen = merge_rounds(rounds, cfg.prompts_per_step)
-    fresh, n_gen = gen.fresh, gen.n_generated
+    fresh = gen.fresh
     if run.ref_model is not None and len(fresh):
         # Stored with the row: the reference is frozen, so a replayed row's ref log-probs stay valid.
         fresh.ref_logps = _no_grad_logps(run.ref_model, fresh, cfg)  # (n_fresh, C)
 
     # 4-6. Evict stale rows, sample replay rows, compose, update_epochs PPO-clip updates (one by default).
-    # n_filtered: the rows the zero-variance filter removed (compose_batch's replay count with replay.fill_filtered).
-    update, fresh_index = compose_batch(fresh, buffer, t, n_filtered=n_gen - len(fresh))
+    # n_filtered: the rows the update lacks against one unfiltered round (compose_batch's replay count with
+    # replay.fill_filtered): the filtered rows, or with dynamic_sampling what the round cap left unfilled.
+    update, fresh_index = compose_batch(fresh, buffer, t, n_filtered=dynamic_sampling.unfilled_rows(gen))
     fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
     if not fresh_measured:
         # Pool composition displaced some fresh rows; they still enter the buffer, so measure their

@@ -67,11 +67,12 @@ class TrainConfig:
     """DAPO's dynamic sampling (verl's algorithm.filter_groups): after the zero-variance filter, generate further
     rounds of prompts_per_step fresh prompts until the update holds prompts_per_step groups with non-zero
     variance (the surplus is discarded) or max_generation_rounds rounds ran; every round counts in `generated`.
-    Not with replay.fill_filtered (both refill the filtered groups). Built-in trainer only."""
+    With replay.fill_filtered, the rows still missing at the round cap are filled from the replay buffer (resample
+    up to max_generation_rounds rounds, then fill). Built-in trainer only."""
     max_generation_rounds: int = 10
     """With dynamic_sampling: generation rounds per step at most, the first included (DAPO's recipe sets verl's
     algorithm.filter_groups.max_num_gen_batches=10; verl's own default 0 means no cap). At the cap the step
-    trains on the groups it holds."""
+    trains on the groups it holds (with replay.fill_filtered, plus replay rows in place of the missing ones)."""
     advantage_scale: str = "group"
     """group: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)."""
     eval_every: int = 25
@@ -162,9 +163,6 @@ class TrainConfig:
             configio.bad(self, "dynamic_sampling", "true or false")
         if not self.dynamic_sampling and self.max_generation_rounds != 10:
             configio.bad(self, "max_generation_rounds", "10 (the default) unless dynamic_sampling is true")
-        if self.dynamic_sampling and self.replay.fill_filtered:
-            configio.bad(self, "dynamic_sampling", "false with replay.fill_filtered=true (fill_filtered replaces the "
-                         "filtered rows by replay rows, dynamic sampling by new generations: one job done twice)")
         if self.keep_checkpoints < 1:
             configio.bad(self, "keep_checkpoints", "an integer >= 1")
         for name, ok, allowed in (
