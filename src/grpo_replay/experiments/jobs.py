@@ -4,7 +4,9 @@ Each run is one `grpo_replay.trainer.loop.train` call in a worker process (spawn
 Warm starts are computed first, one per distinct testbed config, so no two workers ever train the same warm start.
 A run whose directory holds `summary.json` is finished and skipped; an unfinished one is resumed by the trainer
 from its last checkpoint. The run directory name carries a hash of the resolved config, so changing any setting
-(or a testbed default) starts fresh runs instead of silently reusing stale ones.
+(or a testbed default) starts fresh runs instead of silently reusing stale ones. A new run that only runs longer
+than a finished one (same config but `steps`) continues it (`continuation.py`); it waits while that shorter run is
+still to do in the same invocation.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..app import configio
+from . import continuation
 from .arms import Arm, seed_overrides
 
 # Keys that do not change what a run computes (excluded from the run-directory hash). drift_probe only adds the
@@ -39,6 +42,8 @@ class RunSpec:
     overrides: dict
     run_dir: Path
     steps: int
+    lineage: str = ""
+    """`continuation.lineage` of the config: specs with equal lineage differ only in their steps."""
 
     @property
     def done(self) -> bool:
@@ -82,7 +87,7 @@ def plan(
             run_dir = out / "runs" / arm.name / f"seed{seed}-{config_hash(ov)}"
             ov["out_dir"] = str(run_dir)
             _check_backend(ov)
-            specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"])))
+            specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"]), continuation.lineage(ov)))
     return specs
 
 
@@ -265,8 +270,9 @@ def _train_all(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress, 
     jobs = pool._max_workers  # noqa: SLF001  (keep only `jobs` runs in flight, so the bar shows what runs)
     done = 0
     while queue or running:
-        while queue and len(running) < jobs:
-            s = queue.pop(0)
+        while len(running) < jobs and (s := _next_ready(queue, list(running.values()))) is not None:
+            queue.remove(s)
+            _continue_shorter(s, prog)
             running[pool.submit(_train_one, s.overrides)] = s
         finished, _ = wait(list(running), timeout=poll_s, return_when=FIRST_COMPLETED)
         for f in finished:
@@ -281,3 +287,25 @@ def _train_all(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress, 
                 result["failed"].append({"arm": s.arm, "seed": s.seed, "run_dir": str(s.run_dir), "error": str(err)})
                 prog.log(f"  FAILED {s.arm} seed {s.seed}: {str(err).splitlines()[0]}")
         prog.update(done, list(running.values()), len(result["failed"]))
+
+
+def _next_ready(queue: list[RunSpec], running: list[RunSpec]) -> Optional[RunSpec]:
+    """The first queued spec no shorter run of its lineage is still to do before (queued or running): a longer run
+    waits for the run it can continue."""
+    pending = queue + running
+    for s in queue:
+        if not any(o.lineage == s.lineage and o.seed == s.seed and o.steps < s.steps for o in pending):
+            return s
+    return None
+
+
+def _continue_shorter(s: RunSpec, prog: "_Progress") -> None:
+    """Seed a new run's directory from the finished shorter run it continues, if there is one."""
+    if s.run_dir.exists():
+        return  # begun already: the trainer resumes its own checkpoint
+    from ..trainer.train_config import resolve
+
+    source = continuation.find_source(s.run_dir, s.seed, s.lineage, s.steps, resolve(s.overrides).eval_every)
+    if source is not None:
+        continuation.continue_from(source, s.run_dir)
+        prog.log(f"  {s.arm} seed {s.seed}: continues {source} ({s.steps} steps)")

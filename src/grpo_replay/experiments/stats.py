@@ -19,6 +19,7 @@ import numpy as np
 from ..app import jsonl
 from ..app.provenance import cpu_kind
 from ..eval.metrics import aes, evaluate_correctness, relative_change
+from .continuation import continued_commit
 
 CONFIDENCE = 0.95
 POWER = 0.80  # the power of the minimum detectable effect (`mde`)
@@ -147,7 +148,8 @@ class Run:
     update_rows: int
     generated: int
     warm_start: dict = field(default_factory=dict)
-    # The commit the run finished with (its summary's provenance); None for runs made before it was recorded.
+    # The commit the run finished with (its summary's provenance; "A then B" for a run that continued one made at A);
+    # None for runs made before it was recorded.
     commit: Optional[str] = None
     # `provenance.cpu_kind` of the machine that finished it; None for runs made before it was recorded.
     cpu_kind: Optional[str] = None
@@ -179,7 +181,10 @@ def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     rows = sum(int(m.get("update_rows") or 0) for m in metrics)
     prov = summary.get("provenance") or {}
     kind = cpu_kind(prov) if "cpu" in prov else None
-    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, prov.get("commit"), kind)
+    commit, first = prov.get("commit"), continued_commit(run_dir)
+    if first and commit and first != commit:  # a continued run: its first steps were made at another commit
+        commit = f"{first} then {commit}"
+    return Run(arm, seed, evals, rows, int(summary["generated_rollouts"]), warm, commit, kind)
 
 
 # --------------------------------------------------------------------------------------- aggregation
