@@ -67,7 +67,7 @@ def test_section_and_markdown_from_run_directories(tmp_path):
     assert sec["reach"]["fill"]["R"]["per_seed"][0] == pytest.approx(500 / 3)  # 0.1 -> 0.4 crosses GRPO's 0.2 at 1/3
     assert sec["totals"]["fill"]["row_passes"]["mean"] == 40.0 and sec["totals"]["fill"]["train_s"]["mean"] == 5.0
     text = "\n".join(alt.markdown(["grpo", "fill"], {"grpo": "GRPO"}, sec, "axes.png"))
-    assert "**GRPO**" in text and "| fill | 40.0 | 500 | 40 | 5.0 | 0.33x | 0.33x |" in text
+    assert "**GRPO**" in text and "| fill | 40.0 | 500 | 40 | 5.0 | 167 | 0.33x | 0.33x | 0.33x |" in text
     # one seed: a paired difference without an interval, so no part of the preset rule can hold
     assert "| fill - GRPO | +20.0 @ 500 | +20.0 @ 40 | +20.0 @ 5 | +20.0 |" in text
     assert sec["preset_rule"]["rule1"] is False and "Not all three hold" in text
@@ -110,3 +110,50 @@ def test_the_preset_rule_needs_all_three_parts(tmp_path):
     weak = rule(runs([[0.2, 0.3], [0.2, 0.31], [0.2, 0.28]], 2.0))  # never ahead at equal rollouts
     assert not weak["rule1"] and not weak["holds"]
     assert alt.preset_rule({"best_alternative": None}) is None
+
+
+def test_a_seed_that_never_reaches_the_target_gives_the_median_with_its_order_statistic_interval():
+    best = {s: _run([0.1, 0.2, 0.4], seed=s) for s in range(10)}  # target 0.4 on every seed, reached at 1000
+    # seeds 0-6 reach 0.4 at 50 x (s + 1) rollouts (0.1 -> 0.1 + 0.3 x 500 / (50 (s + 1)) at 500); 7-9 never
+    arm = {s: _run([0.1, 0.1 + 0.3 * 10 / (s + 1), 0.4], seed=s) if s < 7 else _run([0.1, 0.2, 0.3], seed=s)
+           for s in range(10)}
+    r = alt.reach(arm, best)["R"]
+    assert r["not_reached"] == [7, 8, 9] and r["ci"]["mean"] is None
+    # sorted: 50, 100, ..., 350, never x 3: median (250 + 300) / 2; [x_(2), x_(9)] covers it with P = 1 - 2 x 11/1024
+    assert r["median"] == pytest.approx(275.0)
+    assert r["median_ci"]["lo"] == pytest.approx(100.0) and r["median_ci"]["hi"] is None  # x_(9) was never reached
+    assert r["median_ci"]["coverage"] == pytest.approx(1 - 22 / 1024)
+    text = alt._reach_text(r, "{:,.0f}", "")
+    assert text.startswith("median 275 [100, not reached] (7/10 reached; not: seed 7, 8, 9)")
+    assert stats_median_ci([1.0, 2.0, 3.0, 4.0, 5.0])["lo"] is None  # 5 values: no order-statistic interval at 95 %
+
+
+def stats_median_ci(values):
+    from grpo_replay.experiments.stats import median_ci
+
+    return median_ci(values)
+
+
+def test_a_fixed_reference_is_the_target_and_extra_pairs_are_compared(tmp_path):
+    runs = {"grpo": {0: _run([0.1, 0.3])}, "dapo": {0: _run([0.1, 0.2], rollouts_per_step=400)},
+            "paper_long": {0: _run([0.1, 0.25, 0.35])}, "dapo_paper": {0: _run([0.1, 0.3], rollouts_per_step=400)}}
+    dirs = {}
+    for arm, by_seed in runs.items():
+        r = tmp_path / arm
+        r.mkdir()
+        run = by_seed[0]
+        (r / "evals.jsonl").write_text("".join(json.dumps({"step": 5 * i, "generated": g, "acc_sampled": a}) + "\n"
+                                               for i, (g, a) in enumerate(zip(run.xs["generated"], run.ys))))
+        (r / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "update_rows": 10, "time/step_s": 2.0}) + "\n"
+                                                 for k in range(1, 5 * (len(run.ys) - 1) + 1)))
+        dirs[arm] = {0: r}
+    assert alt.section(dirs)["best_alternative"] == "grpo"  # without a reference: the best arm without replay
+    sec = alt.section(dirs, reference="dapo", pairs=(("dapo_paper", "paper_long"), ("nope", "grpo")))
+    assert sec["best_alternative"] == "dapo" and sec["reference_fixed"]
+    assert sec["reach"]["paper_long"]["R"]["per_seed"][0] == pytest.approx(1000 / 3)  # DAPO's final 0.2: 2/3 of 0.1 -> 0.25
+    assert set(sec["paired"]) == {"paper_long-grpo", "paper_long-dapo", "dapo_paper-grpo", "dapo_paper-dapo",
+                                  "dapo_paper-paper_long"}  # a pair with an arm that did not run is left out
+    assert sec["paired"]["dapo_paper-paper_long"]["generated"]["x"] == 1000  # paper_long ends there
+    text = "\n".join(alt.markdown(list(runs), {}, sec, None))
+    assert "the reference arm fixed in advance, **dapo**" in text and "| dapo_paper - paper_long |" in text
+    assert alt.section(dirs, reference="absent")["best_alternative"] is None  # a reference that did not run: no target

@@ -5,9 +5,11 @@ Axes, per evaluation of a run: (1) generated rollouts (every generation round co
 sum over the steps so far of `update_rows` x `epochs/passes` (1 without update_epochs), (3) training time, the sum
 of `time/step_s` less `time/drift_s` (generation, scoring and updates; the held-out evaluations and the drift probe
 are not in it). The alternatives are the arms without replay (`ALTERNATIVES`); the best is the one with the highest
-mean final held-out sampled accuracy over seeds, and its final accuracy on seed s is that seed's target T_s. Every
-arm's curve on an axis is linear between evaluations; R and W are where it first reaches T_s on the generated and
-time axes, reported per seed as ratios to the best alternative's own R and W on that seed.
+mean final held-out sampled accuracy over seeds, or the comparison's fixed reference arm (`Comparison.reference`),
+and its final accuracy on seed s is that seed's target T_s. Every arm's curve on an axis is linear between
+evaluations; R, U and W are where it first reaches T_s on the generated, row-pass and time axes, reported per seed as
+ratios to the best alternative's own on that seed, and R also absolute. When some seed never reaches T_s, the
+median with its distribution-free interval (`stats.median_ci`) stands in for the mean.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import numpy as np
 
 from ..app import jsonl
 from .markdown import table
-from .stats import budget_to_reach, ci, interp, paired_ci
+from .stats import budget_to_reach, ci, interp, median_ci, paired_ci
 
-ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3")
+ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "grpo_long")
 """The arms without replay: what a user would pick instead (experiments/arms.py)."""
 AXES = (("generated", "generated rollouts"), ("row_passes", "update row-passes"), ("train_s", "training time (s)"))
 KEY = "acc_sampled"
@@ -66,7 +68,8 @@ def best_alternative(runs: dict[str, dict[int, AxisRun]]) -> Optional[str]:
 
 
 def _summary(vals: dict[int, Optional[float]]) -> dict:
-    """Mean and t-interval when every seed has a value; else the median (a missing seed counts as above all)."""
+    """Mean and t-interval when every seed has a value; else the median with its distribution-free interval (a
+    missing seed counts as above all: None for a bound beyond every reached value)."""
     v = list(vals.values())
     reached = [x for x in v if x is not None]
     med = float(np.median([np.inf if x is None else x for x in v])) if v else None
@@ -74,30 +77,37 @@ def _summary(vals: dict[int, Optional[float]]) -> dict:
         "per_seed": vals,
         "ci": ci(v) if v and len(reached) == len(v) else {"mean": None, "lo": None, "hi": None, "n": len(reached), "sd": None},
         "median": med if med is not None and np.isfinite(med) else None,
+        "median_ci": median_ci(v),
         "not_reached": [s for s, x in vals.items() if x is None],
         "n": len(v),
     }
 
 
+_REACH = (("R", "generated"), ("U", "row_passes"), ("W", "train_s"))
+"""The reach measures and their axes: generated rollouts, update row-passes, training time."""
+
+
 def reach(arm: dict[int, AxisRun], best: dict[int, AxisRun]) -> dict:
-    """R (generated rollouts) and W (training seconds) at which the arm first reaches each seed's target, absolute and
-    as ratios to the best alternative's own; a seed whose best-alternative run reached its final accuracy at its
-    start (R_best = 0: it did not improve) is left out of the ratios."""
-    R, W, r_ratio, w_ratio, left_out = {}, {}, {}, {}, []
+    """R (generated rollouts), U (update row-passes) and W (training seconds) at which the arm first reaches each
+    seed's target, absolute and as ratios to the best alternative's own; a seed whose best-alternative run reached
+    its final accuracy at its start (R_best = 0: it did not improve) is left out of the ratios."""
+    vals = {m: {} for m, _ in _REACH}
+    ratios = {m: {} for m, _ in _REACH}
+    left_out = []
     for seed, run in sorted(arm.items()):
         b = best.get(seed)
         if b is None:
             continue
         target = b.ys[-1]
-        R[seed] = budget_to_reach(run.xs["generated"], run.ys, target)
-        W[seed] = budget_to_reach(run.xs["train_s"], run.ys, target)
-        rb, wb = budget_to_reach(b.xs["generated"], b.ys, target), budget_to_reach(b.xs["train_s"], b.ys, target)
-        if not rb or not wb:
+        own = {m: budget_to_reach(b.xs[ax], b.ys, target) for m, ax in _REACH}
+        for m, ax in _REACH:
+            vals[m][seed] = budget_to_reach(run.xs[ax], run.ys, target)
+        if not all(own.values()):
             left_out.append(seed)
             continue
-        r_ratio[seed] = None if R[seed] is None else R[seed] / rb
-        w_ratio[seed] = None if W[seed] is None else W[seed] / wb
-    return {"R": _summary(R), "W": _summary(W), "R_ratio": _summary(r_ratio), "W_ratio": _summary(w_ratio),
+        for m, _ in _REACH:
+            ratios[m][seed] = None if vals[m][seed] is None else vals[m][seed] / own[m]
+    return {**{m: _summary(vals[m]) for m, _ in _REACH}, **{f"{m}_ratio": _summary(ratios[m]) for m, _ in _REACH},
             "left_out": left_out}
 
 
@@ -112,17 +122,21 @@ def curve(runs: dict[int, AxisRun], axis: str) -> dict:
     return {"grid": grid, "ci": out}
 
 
-def section(run_dirs: dict[str, dict[int, Path]]) -> dict:
-    """Everything the alternatives section shows, from the finished runs' directories (arm -> seed -> dir)."""
+def section(run_dirs: dict[str, dict[int, Path]], reference: Optional[str] = None,
+            pairs: tuple[tuple[str, str], ...] = ()) -> dict:
+    """Everything the alternatives section shows, from the finished runs' directories (arm -> seed -> dir). With
+    `reference`, that arm's final accuracy is each seed's target instead of the best alternative's; `pairs` adds
+    paired differences a - b beyond every replay arm minus every alternative."""
     runs = {a: {s: load(d, s) for s, d in dirs.items()} for a, dirs in run_dirs.items()}
-    best = best_alternative(runs)
+    best = (reference if runs.get(reference) else None) if reference else best_alternative(runs)
     sec = {
         "best_alternative": best,
+        "reference_fixed": reference is not None,
         "final": {a: ci([r.ys[-1] for r in rs.values()]) for a, rs in runs.items()},
         "reach": {a: reach(rs, runs[best]) for a, rs in runs.items()} if best else {},
         "totals": {a: {ax: ci([r.xs[ax][-1] for r in rs.values()]) for ax, _ in AXES} for a, rs in runs.items()},
         "curves": {a: {ax: curve(rs, ax) for ax, _ in AXES} for a, rs in runs.items()},
-        "paired": paired(runs),
+        "paired": paired(runs, pairs),
     }
     sec["preset_rule"] = preset_rule(sec)
     return sec
@@ -148,16 +162,18 @@ def _minus(u: Optional[float], v: Optional[float]) -> Optional[float]:
     return None if u is None or v is None else u - v
 
 
-def paired(runs: dict[str, dict[int, AxisRun]]) -> dict:
-    """Every arm with replay minus every alternative: at equal budget on each axis, and at their own ends ("final")."""
+def paired(runs: dict[str, dict[int, AxisRun]], pairs: tuple[tuple[str, str], ...] = ()) -> dict:
+    """Every arm with replay minus every alternative, and each of `pairs` (a, b) whose arms both ran: at equal budget
+    on each axis, and at their own ends ("final")."""
     alts = [a for a in runs if a in ALTERNATIVES]
+    todo = [(arm, alt) for arm in runs if arm not in ALTERNATIVES for alt in alts]
+    todo += [(x, y) for x, y in pairs if x in runs and y in runs and (x, y) not in todo]
     out = {}
-    for arm in (a for a in runs if a not in ALTERNATIVES):
-        for alt in alts:
-            a, b = runs[arm], runs[alt]
-            out[f"{arm}-{alt}"] = {"arm": arm, "alternative": alt,
-                                   **{ax: paired_at(a, b, ax) for ax, _ in AXES},
-                                   "final": paired_ci([a[s].ys[-1] - b[s].ys[-1] for s in sorted(set(a) & set(b))])}
+    for arm, alt in todo:
+        a, b = runs[arm], runs[alt]
+        out[f"{arm}-{alt}"] = {"arm": arm, "alternative": alt,
+                               **{ax: paired_at(a, b, ax) for ax, _ in AXES},
+                               "final": paired_ci([a[s].ys[-1] - b[s].ys[-1] for s in sorted(set(a) & set(b))])}
     return out
 
 
@@ -186,30 +202,42 @@ def _ci_text(c: dict, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
     return text + (f" [{fmt.format(scale * c['lo'])}, {fmt.format(scale * c['hi'])}]" if c.get("lo") is not None else "")
 
 
-def _reach_text(s: dict) -> str:
-    text = (_ci_text(s["ci"], "{:.2f}", suffix="x") if s["ci"]["mean"] is not None
-            else "median " + ("not reached" if s["median"] is None else f"{s['median']:.2f}x"))
+def _reach_text(s: dict, fmt: str = "{:.2f}", suffix: str = "x") -> str:
+    if s["ci"]["mean"] is not None:
+        return _ci_text(s["ci"], fmt, suffix=suffix)
+    if s["median"] is None:
+        text = "median not reached"
+    else:
+        m = s["median_ci"]
+        bound = lambda x: "not reached" if x is None else fmt.format(x) + suffix  # noqa: E731
+        text = f"median {fmt.format(s['median'])}{suffix}" + (
+            f" [{bound(m['lo'])}, {bound(m['hi'])}]" if m["coverage"] is not None and m["lo"] is not None else "")
     if s["not_reached"]:
         text += f" ({s['n'] - len(s['not_reached'])}/{s['n']} reached; not: seed {', '.join(map(str, s['not_reached']))})"
     return text
 
 
 def markdown(names: list[str], labels: dict[str, str], sec: dict, png: Optional[str]) -> list[str]:
-    """The section's lines: per arm, the totals on each axis, and R and W against the best alternative's target."""
+    """The section's lines: per arm, the totals on each axis, and R, U and W against the target arm's final accuracy."""
     best = sec.get("best_alternative")
     if not best:
         return ["No alternative without replay has finished runs: the reach measure is not computed.", ""]
     header = ["arm", "final sampled (%)", *(f"{name} (total)" for _, name in AXES),
-              f"rollouts to T (x {best}'s)", f"training time to T (x {best}'s)"]
+              "rollouts to T", f"rollouts to T (x {best}'s)", f"row-passes to T (x {best}'s)",
+              f"training time to T (x {best}'s)"]
     rows = [[labels.get(a, a), _ci_text(sec["final"][a], "{:.1f}", 100.0),
              *(_ci_text(sec["totals"][a][ax], "{:,.1f}" if ax == "train_s" else "{:,.0f}") for ax, _ in AXES),
-             _reach_text(sec["reach"][a]["R_ratio"]), _reach_text(sec["reach"][a]["W_ratio"])]
+             _reach_text(sec["reach"][a]["R"], "{:,.0f}", ""),
+             *(_reach_text(sec["reach"][a][f"{m}_ratio"]) for m in ("R", "U", "W"))]
             for a in names if a in sec["final"]]
-    lines = [f"Against the best alternative without replay, **{labels.get(best, best)}** (the highest mean final "
-             "sampled accuracy among the arms without replay): T = its final accuracy on each seed; an arm's rollouts "
-             "and training time to T are where its curve first reaches T, as a ratio to the best alternative's own on "
-             "that seed, mean [95 % CI] over seeds (a median when some seed never reached T). Totals are per run at its "
-             "end; training time is the steps' time, held-out evaluations and the drift probe left out.", "",
+    which = ("the reference arm fixed in advance" if sec.get("reference_fixed") else
+             "the best alternative without replay (the highest mean final sampled accuracy among the arms without replay)")
+    lines = [f"Against {which}, **{labels.get(best, best)}**: T = its final accuracy on each seed; an arm's rollouts, "
+             "update row-passes and training time to T are where its curve first reaches T, absolute and as a ratio "
+             "to the reference's own on that seed, mean [95 % CI] over seeds (when some seed never reached T: the "
+             "median [distribution-free interval of at least 95 % from the order statistics; 'not reached' for a "
+             "bound past the last seed that reached it]). Totals are per run at its end; training time is the steps' "
+             "time, held-out evaluations and the drift probe left out.", "",
              table(header, rows), ""]
     if png:
         lines += [f"![accuracy vs generated rollouts, update row-passes and training time]({png})", ""]
@@ -229,11 +257,12 @@ def _paired_text(c: dict, budget: bool = True) -> str:
 def _paired_lines(labels: dict[str, str], sec: dict) -> list[str]:
     if not sec.get("paired"):
         return []
-    header = ["arm - alternative", *(f"Δ sampled (pp) at equal {name}" for _, name in AXES), "Δ final sampled (pp)"]
+    header = ["arm - other", *(f"Δ sampled (pp) at equal {name}" for _, name in AXES), "Δ final sampled (pp)"]
     rows = [[f"{labels.get(p['arm'], p['arm'])} - {labels.get(p['alternative'], p['alternative'])}",
              *(_paired_text(p[ax]) for ax, _ in AXES), _paired_text(p["final"], budget=False)]
             for p in sec["paired"].values()]
-    return ["Each arm with replay minus each alternative, paired by seed, 95 % CI (* when it excludes 0) and MDE: "
+    return ["Each arm with replay minus each alternative (and the comparison's own pairs), paired by seed, 95 % CI "
+            "(* when it excludes 0) and MDE: "
             "at equal budget on each axis (the largest both arms reach on every seed, after @; curves linear between "
             "evaluations), and at each arm's own end.", "", table(header, rows), ""]
 

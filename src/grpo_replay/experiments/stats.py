@@ -117,6 +117,27 @@ def ci(values: Sequence[Optional[float]], confidence: float = CONFIDENCE) -> dic
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "sd": sd}
 
 
+def median_ci(values: Sequence[Optional[float]], confidence: float = CONFIDENCE) -> dict:
+    """The median of `values` with a distribution-free interval from the order statistics: [x_(k), x_(n+1-k)] with
+    the largest k whose binomial tail P(Bin(n, 1/2) < k) is at most (1 - confidence) / 2, so the interval covers the
+    median with probability at least `confidence` ("coverage", exact). A None value is one that was never reached
+    (above every other): a bound that falls on one is None. {"median", "lo", "hi", "coverage", "n"}; lo, hi and
+    coverage are None when n is too small for any k (n <= 5 at 95 %)."""
+    n = len(values)
+    xs = sorted(math.inf if v is None else float(v) for v in values)
+    finite = lambda x: None if math.isinf(x) else x  # noqa: E731
+    out = {"median": finite(float(np.median(xs))) if n else None, "lo": None, "hi": None, "coverage": None, "n": n}
+    tail, k = 0.0, 0
+    while n and k < n // 2:
+        nxt = tail + math.comb(n, k) / 2 ** n  # P(Bin(n, 1/2) <= k) = P(< k + 1)
+        if nxt > (1 - confidence) / 2:
+            break
+        tail, k = nxt, k + 1
+    if k == 0:
+        return out
+    return {**out, "lo": finite(xs[k - 1]), "hi": finite(xs[n - k]), "coverage": 1 - 2 * tail}
+
+
 def _nan(v) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
