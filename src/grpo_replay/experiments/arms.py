@@ -49,6 +49,7 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         Arm("alpha1", "alpha=1 (proportional to |A|)", {"preset": "paper", "replay.alpha": 1.0}),
         *option_arms(),
         *alternative_arms(),
+        *dapo_budget_arms(),
         Arm(
             "grpo_cm",
             f"compute-matched GRPO ({cm_prompts} prompts/step = (1 + replay_ratio) x {ppp})",
@@ -108,6 +109,36 @@ def alternative_arms() -> list[Arm]:
     ]
 
 
+LONG_STEPS = 2000
+"""Steps of the arms continued to DAPO's budget (docs/results/PLAN.md, section H): 2000 x 128 = 256,000 generated
+rollouts, above every seed's budget of DAPO's 300-step runs (141k-246k on the default testbed, mean 195.5k), so
+whether an arm reaches DAPO's final accuracy within DAPO's own budget is answered on every seed."""
+CAPPED_ROUNDS = 2
+"""The round cap of `fill_r2`: dynamic sampling for at most this many generation rounds, then fill from the buffer."""
+
+
+def dapo_budget_arms() -> list[Arm]:
+    """Replay at DAPO's budget and replay with DAPO (PLAN.md, section H). The `_long` arms are `grpo`, `paper` and
+    `fill` run for LONG_STEPS steps, evaluated every 50 steps as before (6,400 rollouts, DAPO's every 10 steps is
+    about 6,500): each continues its 300-step run in the same --out (`continuation.py`). `dapo_paper` is DAPO's
+    dynamic sampling with the paper's replay at DAPO's own 300 steps. `fill_r2` resamples up to CAPPED_ROUNDS rounds,
+    then fills the shortfall from the buffer; about CAPPED_ROUNDS x 128 rollouts a step, so it runs
+    LONG_STEPS / CAPPED_ROUNDS steps (the same generated budget) and evaluates every 50 / CAPPED_ROUNDS steps."""
+    long = {"steps": LONG_STEPS}
+    fill = {"preset": "paper", "replay.fill_filtered": True}
+    return [
+        Arm("grpo_long", f"GRPO, {LONG_STEPS} steps", {"preset": "grpo", **long}, same_budget=False),
+        Arm("paper_long", f"paper, {LONG_STEPS} steps", {"preset": "paper", **long}, same_budget=False),
+        Arm("fill_long", f"paper + fill_filtered, {LONG_STEPS} steps", {**fill, **long}, same_budget=False),
+        Arm("dapo_paper", "DAPO dynamic sampling + the paper's replay (up to 10 rounds)",
+            {"preset": "paper", "dynamic_sampling": True, "eval_every": DAPO_EVAL_EVERY}, same_budget=False),
+        Arm(f"fill_r{CAPPED_ROUNDS}", f"paper + fill_filtered after up to {CAPPED_ROUNDS} generation rounds, "
+            f"{LONG_STEPS // CAPPED_ROUNDS} steps",
+            {**fill, "dynamic_sampling": True, "max_generation_rounds": CAPPED_ROUNDS,
+             "steps": LONG_STEPS // CAPPED_ROUNDS, "eval_every": 50 // CAPPED_ROUNDS}, same_budget=False),
+    ]
+
+
 # The arms of the `alternatives` comparison, fixed before its pilot (docs/results/PLAN.md, section G): the pilot may
 # drop grpo_mu4 and fill_mu2 and may swap dapo for dapo_r3 by the rules written there, never add an arm. The pilot
 # (docs/results/alternatives-pilot, seeds 12-13) dropped grpo_mu4 and fill_mu2 and kept dapo's cap of 10.
@@ -120,6 +151,16 @@ class Comparison:
     title: str
     arms: tuple[str, ...]
     question: str
+    reference: Optional[str] = None
+    """The arm whose final accuracy is each seed's target on the three axes (`alternatives.py`); None: the best
+    arm without replay. Fixed in advance where the question names it (DAPO at its budget)."""
+    pairs: tuple[tuple[str, str], ...] = ()
+    """Paired differences a - b on the three axes beyond every replay arm minus every arm without replay."""
+
+    @property
+    def on_axes(self) -> bool:
+        """Whether the section adds the three axes (generated rollouts, update row-passes, training time)."""
+        return self.name.startswith("alternatives") or self.reference is not None
 
 
 COMPARISONS: dict[str, Comparison] = {
@@ -167,6 +208,22 @@ COMPARISONS: dict[str, Comparison] = {
             "generated rollouts, update rows and training time, each at its own budget?",
         ),
         Comparison(
+            "dapo_budget", "Replay continued to DAPO's generated-rollout budget",
+            ("grpo", "dapo", "grpo_long", "paper_long", "fill_long"),
+            "Given as many generated rollouts as DAPO's 300 steps, where does each replay arm reach DAPO's final "
+            "accuracy, and which arm is ahead at each budget in rollouts, update row-passes and training time?",
+            reference="dapo",
+        ),
+        Comparison(
+            "with_dapo", "Replay with DAPO's dynamic sampling",
+            ("grpo", "dapo", "paper_long", "fill_long", "dapo_paper", f"fill_r{CAPPED_ROUNDS}"),
+            "Does the paper's replay add to DAPO at DAPO's budget, and does resampling up to "
+            f"{CAPPED_ROUNDS} rounds then filling from the buffer beat both of its parents (DAPO, fill_filtered) on "
+            "some axis?",
+            reference="dapo",
+            pairs=(("dapo_paper", "paper_long"), (f"fill_r{CAPPED_ROUNDS}", "fill_long")),
+        ),
+        Comparison(
             "alpha", "Priority exponent alpha (uniform priority = alpha 0)", ("grpo", "prio_uniform", "paper", "alpha1"),
             "How sharp should the |A| priority be?",
         ),
@@ -175,7 +232,7 @@ COMPARISONS: dict[str, Comparison] = {
 
 # Order in which comparisons are scheduled (and dropped first when --comparisons is narrowed): alpha last.
 PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "options_pilot", "options",
-                  "alternatives_pilot", "alternatives", "alpha")
+                  "alternatives_pilot", "alternatives", "dapo_budget", "with_dapo", "alpha")
 PAPER_COMPARISONS = ("main", "tau_max", "composition", "priority", "compute", "alpha")
 """The full setting's default: the paper's comparisons (the options have their own, longer runs: docs/results/PLAN.md)."""
 

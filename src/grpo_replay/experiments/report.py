@@ -132,10 +132,10 @@ def _figures(results, specs, runs, stats, arms, labels, setting: Setting, compar
         others = [a for a in names if a != BASE]
         if others:
             files.append(plots.paired_diff_curves(views, others, labels, comp.title, report_dir / f"paired_{c}.png"))
-        if c.startswith("alternatives"):  # the three axes and the reach of the best alternative (PLAN.md, section G)
+        if comp.on_axes:  # the three axes and the reach of the reference arm (PLAN.md, sections G and H)
             dirs = {a: {s.seed: Path(s.run_dir) for s in specs if s.arm == a and any(x.seed == s.seed for x in runs[a])}
                     for a in names}
-            sec = alternatives.section(dirs)
+            sec = alternatives.section(dirs, comp.reference, comp.pairs)
             results["comparisons"][c]["alternatives"] = sec
             files.append(plots.axes_curves(sec, names, labels, comp.title, report_dir / f"axes_{c}.png",
                                            alternatives.AXES, alternatives.ALTERNATIVES))
