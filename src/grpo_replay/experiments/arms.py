@@ -155,7 +155,9 @@ class Comparison:
     """The arm whose final accuracy is each seed's target on the three axes (`alternatives.py`); None: the best
     arm without replay. Fixed in advance where the question names it (DAPO at its budget)."""
     pairs: tuple[tuple[str, str], ...] = ()
-    """Paired differences a - b on the three axes beyond every replay arm minus every arm without replay."""
+    """Pre-registered paired differences a - b: on the three axes (beyond every replay arm minus every arm without
+    replay) in a comparison `on_axes`, else of the final accuracy with the seeds their half-width needs
+    (`contrasts.py`)."""
 
     @property
     def on_axes(self) -> bool:
@@ -173,14 +175,17 @@ COMPARISONS: dict[str, Comparison] = {
         Comparison(
             "tau_max", "Age eviction: tau_max", ("grpo", "tau1", "tau2", "tau5", "paper", "tau20", "tau_none"),
             "Is a moderate maximum age best?",
+            pairs=(("paper", "tau1"), ("paper", "tau_none")),
         ),
         Comparison(
             "composition", "Composition (|A| priority, rollout level)", ("grpo", "paper", "comp_pool"),
             "Fresh-anchored (concatenate) vs pool (replay displaces fresh rows).",
+            pairs=(("paper", "comp_pool"),),
         ),
         Comparison(
             "priority", "Priority (fresh-anchored, rollout level)", ("grpo", "paper", "prio_sigma", "prio_uniform"),
             "|A_i| vs sigma_g vs uniform.",
+            pairs=(("paper", "prio_sigma"), ("paper", "prio_uniform")),
         ),
         Comparison(
             "compute", "Replay vs generating more (compute-matched GRPO)", ("grpo", "paper", "grpo_cm"),

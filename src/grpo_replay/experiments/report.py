@@ -12,7 +12,7 @@ from ..plotting import comparison as plots
 from ..app.provenance import UNRECORDED, describe, provenance, run_commits_line, run_cpu_kinds_line
 from .arms import BASE, COMPARISONS, Arm, Setting, comparison_arms
 from .final_eval import BenchSettings
-from . import alternatives, paired_view
+from . import alternatives, contrasts, paired_view
 from .markdown import count as _k, table as _table
 from .claims import check_claims
 from .jobs import RunSpec
@@ -132,6 +132,8 @@ def _figures(results, specs, runs, stats, arms, labels, setting: Setting, compar
         others = [a for a in names if a != BASE]
         if others:
             files.append(plots.paired_diff_curves(views, others, labels, comp.title, report_dir / f"paired_{c}.png"))
+        if comp.pairs and not comp.on_axes:  # the pre-registered contrasts (the axes section has its own pairs)
+            results["comparisons"][c]["contrasts"] = contrasts.rows(runs, comp.pairs)
         if comp.on_axes:  # the three axes and the reach of the reference arm (PLAN.md, sections G and H)
             dirs = {a: {s.seed: Path(s.run_dir) for s in specs if s.arm == a and any(x.seed == s.seed for x in runs[a])}
                     for a in names}
@@ -227,6 +229,7 @@ def _markdown(results, stats: dict[str, ArmStats], runs, labels, comparisons, bu
         lines += _comparison_section(c, comp, stats, labels, budgets, files)
         png = f"paired_{c}.png" if any(Path(f).name == f"paired_{c}.png" for f in files) else None
         lines += paired_view.markdown(comp["arms"], labels, results.get("paired_view") or {}, budgets, png)
+        lines += contrasts.markdown(comp.get("contrasts") or [], labels)
         if "alternatives" in comp:
             lines += alternatives.markdown(comp["arms"], labels, comp["alternatives"], f"axes_{c}.png")
 

@@ -69,6 +69,19 @@ def mde(sd: Optional[float], n: int, confidence: float = CONFIDENCE, power: floa
     return detectable(sd / math.sqrt(n), n - 1, confidence, power)
 
 
+def seeds_for_half_width(sd: Optional[float], target: float, n_max: int = 1000,
+                         confidence: float = CONFIDENCE) -> Optional[int]:
+    """The fewest seeds n (>= 2) at which a paired difference whose per-seed differences spread with sd has a
+    two-sided t-interval half-width t_{1 - alpha/2, n-1} x sd / sqrt(n) of at most `target`; None when sd is
+    unknown or more than n_max seeds would be needed."""
+    if sd is None or _nan(sd):
+        return None
+    for n in range(2, n_max + 1):
+        if t_quantile(n - 1, confidence) * sd / math.sqrt(n) <= target:
+            return n
+    return None
+
+
 def detectable(se: float, df: int, confidence: float = CONFIDENCE, power: float = POWER) -> float:
     """The true effect a two-sided t-test at `confidence` detects with probability `power`, for an estimate with
     standard error se and df degrees of freedom: (t_{1 - alpha/2, df} + t_{power, df}) * se. `mde` (a mean of
