@@ -157,3 +157,21 @@ def test_a_fixed_reference_is_the_target_and_extra_pairs_are_compared(tmp_path):
     text = "\n".join(alt.markdown(list(runs), {}, sec, None))
     assert "the reference arm fixed in advance, **dapo**" in text and "| dapo_paper - paper_long |" in text
     assert alt.section(dirs, reference="absent")["best_alternative"] is None  # a reference that did not run: no target
+
+
+def test_the_pick_at_each_arm_s_end_is_the_best_arm_measured_there_with_its_difference_to_the_runner_up():
+    from grpo_replay.experiments import budget_picks
+
+    runs = {"grpo": {s: _run([0.1, 0.2 + 0.01 * s, 0.25 + 0.01 * s], seed=s) for s in range(3)},   # ends at 1000
+            "fill": {s: _run([0.1, 0.3 + 0.01 * s, 0.32 + 0.02 * s, 0.33 + 0.02 * s], seed=s) for s in range(3)},
+            "dapo": {s: _run([0.1, 0.2, 0.45 + 0.01 * s], seed=s, rollouts_per_step=150) for s in range(3)}}  # 1500
+    rows = budget_picks.picks(runs, "generated")
+    assert [r["x"] for r in rows] == [1000, 1500]
+    at_1000, at_1500 = rows
+    assert at_1000["arms"][0] == "fill" and set(at_1000["arms"]) == {"grpo", "fill", "dapo"}
+    # fill at 1000: 0.32 + 0.02 s; dapo at 1000 (2/3 of 0.2 -> 0.45 + 0.01 s from 750 to 1500): lower on every seed
+    assert at_1000["acc"]["mean"] == pytest.approx(0.34) and at_1000["runner_up"] in ("grpo", "dapo")
+    assert at_1000["diff"]["x"] == 1000 and at_1000["diff"]["lo"] > 0
+    assert at_1500["arms"] == ["dapo", "fill"]  # grpo ended at 1000: not extrapolated
+    text = "\n".join(budget_picks.markdown({"generated": rows}, alt.AXES, {}))
+    assert "| generated rollouts | 1,000 | fill |" in text and "| generated rollouts | 1,500 | dapo" in text

@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ..app import jsonl
+from . import budget_picks
 from .markdown import table
 from .stats import budget_to_reach, ci, interp, median_ci, paired_ci
 
@@ -137,6 +138,7 @@ def section(run_dirs: dict[str, dict[int, Path]], reference: Optional[str] = Non
         "totals": {a: {ax: ci([r.xs[ax][-1] for r in rs.values()]) for ax, _ in AXES} for a, rs in runs.items()},
         "curves": {a: {ax: curve(rs, ax) for ax, _ in AXES} for a, rs in runs.items()},
         "paired": paired(runs, pairs),
+        "picks": {ax: budget_picks.picks(runs, ax) for ax, _ in AXES},
     }
     sec["preset_rule"] = preset_rule(sec)
     return sec
@@ -241,7 +243,8 @@ def markdown(names: list[str], labels: dict[str, str], sec: dict, png: Optional[
              table(header, rows), ""]
     if png:
         lines += [f"![accuracy vs generated rollouts, update row-passes and training time]({png})", ""]
-    return lines + _paired_lines(labels, sec) + _rule_lines(labels, sec.get("preset_rule"))
+    return (lines + _paired_lines(labels, sec) + budget_picks.markdown(sec.get("picks") or {}, AXES, labels)
+            + _rule_lines(labels, sec.get("preset_rule")))
 
 
 def _paired_text(c: dict, budget: bool = True) -> str:
