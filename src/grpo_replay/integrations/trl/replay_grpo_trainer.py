@@ -33,6 +33,7 @@ Design choices (documented in examples/trl/README.md):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections import deque
@@ -50,6 +51,7 @@ from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
 from ... import metric_names as mn
+from .replay_fields import resolve_replay_config
 from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded
 from .records import LossCapture, QueuedGeneration
@@ -76,15 +78,14 @@ BUFFER_FILE = "replay_buffer_rank{rank}"  # + .npz / .json, one per process, ins
 
 class ReplayGRPOTrainer(GRPOTrainer):
     """GRPOTrainer + replay. Takes GRPOTrainer's arguments; the replay settings come from `args` when it is a
-    `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset)."""
+    `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset). Both given and different: ConfigError
+    naming the fields that differ."""
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
-        if replay_config is not None:
-            refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
+        targs = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments.get("args")
+        replay_config = resolve_replay_config("ReplayGRPOTrainer", targs, replay_config)
+        refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
         super().__init__(*args, **kwargs)
-        if replay_config is None:
-            to_cfg = getattr(self.args, "to_replay_config", None)
-            replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
         self.replay_config = replay_config
         seed = getattr(self.args, "replay_seed", None)
         seed = self.args.seed if seed is None else seed
