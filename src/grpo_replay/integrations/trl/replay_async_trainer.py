@@ -162,6 +162,9 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         metrics["replay/frac_zero_variance"].append(sum(map(zero_variance, fresh)) / max(len(fresh), 1))
         metrics[mn.REPLAY_INSERTED].append(float(composer.take_inserted()))
         metrics[mn.BUFFER_SIZE].append(float(len(composer.buffer)))
+        skipped, composer.skipped_nonfinite = composer.skipped_nonfinite, 0
+        if skipped:
+            metrics[mn.BUFFER_SKIPPED_NONFINITE].append(float(skipped))
         metrics["replay/age_bound"].append(float(self.replay_age_bound))
         if fresh:
             metrics[mn.FRESH_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in fresh) / len(fresh))
