@@ -122,3 +122,15 @@ def test_a_trl_run_stopped_and_resumed_has_the_uninterrupted_run_s_summary(runs,
     assert main(_argv(tiny_overrides, more, steps=4, backend="trl")) == 0
     total = json.loads((more / "summary.json").read_text())["replay_rows_total"]
     assert total == sum(r["replay/count"] for r in read_jsonl(more / "metrics.jsonl"))
+
+
+def test_both_backends_log_one_lr_sequence(tiny_overrides, tmp_path):
+    """`lr` is the rate each step's update used, on one warm-up shape: update k uses lr * min(1, k / warm-up)."""
+    lr, warm = 3e-3, 3
+    want = [lr * min(1.0, k / warm) for k in (1, 2, 3, 4)]
+    builtin, trl = tmp_path / "builtin", tmp_path / "trl"
+    assert main(_argv(tiny_overrides, builtin, steps=4, lr=lr, lr_warmup_steps=warm, eval_every=0)) == 0
+    assert main(_argv(tiny_overrides, trl, steps=2, lr=lr, lr_warmup_steps=warm, eval_every=0, backend="trl")) == 0
+    assert main(_argv(tiny_overrides, trl, steps=4, lr=lr, lr_warmup_steps=warm, eval_every=0, backend="trl")) == 0
+    for run in (builtin, trl):  # the TRL run resumed at step 2: the schedule continues where it was
+        assert [r["lr"] for r in read_jsonl(run / "metrics.jsonl")] == pytest.approx(want, rel=1e-6), run.name

@@ -26,7 +26,7 @@ def update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfi
     """`cfg.update_epochs` optimizer updates on `batch` (`cfg` a TrainConfig); the learning-rate schedule advances
     once, after them, so lr_warmup_steps counts steps whatever mu is.
 
-    Returns pass 1's loss, grad_norm, token_stats ((B, C) ratio / clipped / mask [/ kl]) and fresh_logps
+    Returns the learning rate the passes used (`lr`), pass 1's loss, grad_norm, token_stats ((B, C) ratio / clipped / mask [/ kl]) and fresh_logps
     ((n_fresh, C) behaviour log-probs of the fresh rows); `finite`: pass 1 was finite, i.e. the step made its
     update (its fresh rows, measured by pass 1, can enter the buffer); under replay.max_drift, pass 1's per-row
     drift and the rows any pass dropped; with mu > 1, `epochs`: per pass run the clip fraction and the
@@ -41,10 +41,11 @@ def update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfi
         if not (res["finite"] and res["kept_any"]):  # no optimizer step: the later passes would repeat this one
             break
     first = passes[0]
+    lr = scheduler.get_last_lr()[0]  # the rate every pass used, before the schedule advances
     if first["finite"] and first["kept_any"]:
         scheduler.step()
     out = {
-        "loss": first["loss"], "grad_norm": first["grad_norm"], "finite": first["finite"],
+        "loss": first["loss"], "grad_norm": first["grad_norm"], "finite": first["finite"], "lr": lr,
         "fresh_logps": first["fresh_logps"], "token_stats": first["token_stats"],
     }
     if first["finite"] and not passes[-1]["finite"]:
