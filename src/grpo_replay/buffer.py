@@ -313,7 +313,8 @@ _WIDE_IDS = (torch.int32, torch.int64)
 def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
     """The fields `add` stores, as host numpy arrays (views where they can be; log-probs, advantages,
     rewards and group_std as float32), after every check on their values: no replay rows, completion-shaped
-    masks and log-probs, token ids that fit int32, a 0/1 completion mask, finite advantages and group_std.
+    masks and log-probs, token ids that fit int32, a 0/1 completion mask, finite advantages, group_std and
+    rewards, finite log-probs at counted tokens.
     Raises ValueError naming the field (nothing is changed). The common case costs a few reductions: the
     precise checks (`check_token_ids`) run only when a fast one fails or the dtypes are unusual."""
     where = "ReplayBuffer.add"
@@ -335,11 +336,29 @@ def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
     a["ref_logps"] = _host(batch.ref_logps, torch.float32) if batch.ref_logps is not None else None
     if usual and not (ids_fit_int32(a["prompt_ids"]) and ids_fit_int32(a["completion_ids"])):
         check_token_ids(batch, where)  # raises, unless the ids outside int32 sit only in padding
-    for k in ("advantages", "group_std"):
+    for k in ("advantages", "group_std", "rewards"):
         if not _finite(a[k]):
             bad = np.flatnonzero(~np.isfinite(a[k]))[:5].tolist()
             raise ValueError(f"{where}: {k} must be finite; rows {bad} are NaN or inf")
+    _check_counted_logps(a, where)
     return a
+
+
+def _check_counted_logps(a: dict[str, Optional[np.ndarray]], where: str) -> None:
+    """ValueError naming the field and rows when behaviour or reference log-probs are NaN or inf at a counted
+    token (what `load` refuses, and a replayed row's importance ratio would be undefined). Padding may hold
+    anything: the precise check runs only when the whole array is not finite."""
+    for k in ("behaviour_logps", "ref_logps"):
+        v = a[k]
+        if v is None or _finite(v.reshape(-1)):
+            continue
+        rows = np.flatnonzero((~np.isfinite(v) & (a["completion_mask"] != 0)).any(axis=1))
+        if len(rows):
+            raise ValueError(
+                f"{where}: {k} must be finite at counted tokens (completion_mask 1); rows {rows[:5].tolist()} hold "
+                "NaN or inf there (a sampler's -inf under top-p/top-k, say); leave them out of the add "
+                "(rollout.nonfinite_logp_rows finds them)"
+            )
 
 
 def _finite(a: np.ndarray) -> bool:

@@ -28,6 +28,8 @@ BUFFER_EVICTED_AGE = "buffer/evicted_age"  # rows evicted for age (tau_max), tot
 BUFFER_EVICTED_CAPACITY = "buffer/evicted_capacity"
 BUFFER_EVICTED_USES = "buffer/evicted_uses"
 BUFFER_EVICTED_DRIFT = "buffer/evicted_drift"
+# fresh rows left out of this step's buffer insert for a NaN or inf log-prob at a counted token (logged when > 0)
+BUFFER_SKIPPED_NONFINITE = "buffer/skipped_nonfinite_logps"
 
 # old name -> name: what TRL and verl logged before the names were one set (recorded runs keep the old keys).
 LEGACY = {

@@ -23,7 +23,6 @@ TO_TRL = {
     "generator": ("vllm", "use_vllm", True),
     "group_size": (4, "num_generations", 4),
     "lr": (0.01, "learning_rate", 0.01),
-    "lr_warmup_steps": (2, "warmup_steps", 2),
     "weight_decay": (0.1, "weight_decay", 0.1),
     "max_grad_norm": (0.5, "max_grad_norm", 0.5),
     "temperature": (0.7, "temperature", 0.7),
@@ -55,6 +54,7 @@ AROUND = {
     "max_bad_steps": "test_max_bad_steps_stops_the_run",
     "reward_timeout": "test_cli_settings_reach_trl (handed to the testbed reward's RewardScorer)",
     "torch_threads": "test_around_settings_take_effect",
+    "lr_warmup_steps": "tests/trainer/test_trl_run_records.py::test_both_backends_log_one_lr_sequence (a callback)",
     "backend": "this file",
     "model": "tests/realmodel (the real-model path)",
     "model_file": "tests/realmodel",
@@ -175,7 +175,7 @@ def test_cli_settings_reach_trl(tiny_overrides, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         main(argv)
     want = dict(beta=0.04, temperature=0.7, epsilon=0.1, epsilon_high=0.3, loss_type="dr_grpo", max_grad_norm=0.5,
-                weight_decay=0.1, scale_rewards="none", warmup_steps=2, lr_scheduler_type="constant_with_warmup",
+                weight_decay=0.1, scale_rewards="none", lr_scheduler_type="constant",
                 delta=3.0, reward_timeout=4.0, save_steps=2, save_strategy="steps")
     assert {k: seen[k] for k in want} == want
 

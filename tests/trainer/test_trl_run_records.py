@@ -88,3 +88,49 @@ def test_a_finished_trl_run_without_checkpoints_is_not_trained_over(tiny_overrid
     rewritten = ("config.yaml", ".grpo-replay.lock")  # by the accepted rerun's claim, with the same config
     assert ({k: v for k, v in _snapshot(run).items() if k not in rewritten}
             == {k: v for k, v in before.items() if k not in rewritten})
+
+
+def test_a_trl_run_stopped_and_resumed_has_the_uninterrupted_run_s_summary(runs, tiny_overrides, tmp_path,
+                                                                           monkeypatch):
+    from grpo_replay.integrations.trl import ReplayGRPOTrainer
+
+    whole = tmp_path / "whole"
+    assert main(_argv(tiny_overrides, whole, steps=4, backend="trl")) == 0
+    real_step = ReplayGRPOTrainer.training_step
+
+    def crash_in_step_3(self, *args, **kwargs):
+        if self.state.global_step == 2:
+            raise RuntimeError("killed in step 3")
+        return real_step(self, *args, **kwargs)
+
+    run = tmp_path / "resumed"
+    monkeypatch.setattr(ReplayGRPOTrainer, "training_step", crash_in_step_3)
+    with pytest.raises(RuntimeError, match="killed in step 3"):
+        main(_argv(tiny_overrides, run, steps=4, backend="trl"))  # checkpoint-2 (checkpoint_every=2) is left
+    monkeypatch.setattr(ReplayGRPOTrainer, "training_step", real_step)
+    assert main(_argv(tiny_overrides, run, steps=4, backend="trl")) == 0  # resumes from checkpoint-2
+    rows, summary = read_jsonl(run / "metrics.jsonl"), json.loads((run / "summary.json").read_text())
+    want = json.loads((whole / "summary.json").read_text())
+    counts = [r["replay/count"] for r in rows]
+    assert counts == [r["replay/count"] for r in read_jsonl(whole / "metrics.jsonl")]
+    assert summary["resumed_from"].endswith("checkpoint-2") and sum(counts[2:]) < sum(counts)
+    assert summary["replay_rows_total"] == want["replay_rows_total"] == sum(counts)
+    assert {k: v for k, v in summary.items() if k != "resumed_from"} == {k: v for k, v in want.items() if k != "resumed_from"}
+    # a run continued with more --steps counts the steps of the run it continues
+    more = tmp_path / "more"
+    shutil.copytree(runs / "trl", more)
+    assert main(_argv(tiny_overrides, more, steps=4, backend="trl")) == 0
+    total = json.loads((more / "summary.json").read_text())["replay_rows_total"]
+    assert total == sum(r["replay/count"] for r in read_jsonl(more / "metrics.jsonl"))
+
+
+def test_both_backends_log_one_lr_sequence(tiny_overrides, tmp_path):
+    """`lr` is the rate each step's update used, on one warm-up shape: update k uses lr * min(1, k / warm-up)."""
+    lr, warm = 3e-3, 3
+    want = [lr * min(1.0, k / warm) for k in (1, 2, 3, 4)]
+    builtin, trl = tmp_path / "builtin", tmp_path / "trl"
+    assert main(_argv(tiny_overrides, builtin, steps=4, lr=lr, lr_warmup_steps=warm, eval_every=0)) == 0
+    assert main(_argv(tiny_overrides, trl, steps=2, lr=lr, lr_warmup_steps=warm, eval_every=0, backend="trl")) == 0
+    assert main(_argv(tiny_overrides, trl, steps=4, lr=lr, lr_warmup_steps=warm, eval_every=0, backend="trl")) == 0
+    for run in (builtin, trl):  # the TRL run resumed at step 2: the schedule continues where it was
+        assert [r["lr"] for r in read_jsonl(run / "metrics.jsonl")] == pytest.approx(want, rel=1e-6), run.name

@@ -1,5 +1,6 @@
 """TrainConfig.update_epochs (mu) in the built-in trainer's update: mu whole-batch optimizer steps, each PPO ratio
 against the rows' behaviour log-probs (the first pass's for fresh rows)."""
+import math
 import types
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from grpo_replay.loss import LossConfig, ppo_clip_loss
 from grpo_replay.trainer.logprobs import token_logps
-from grpo_replay.trainer.update import update
+from grpo_replay.trainer.update import epoch_metrics, update
 from helpers import ToyLM, make_batch
 
 
@@ -99,3 +100,43 @@ def test_a_row_dropped_for_drift_in_any_pass_is_evicted():
     two = update(model, opt, sched, b, LOSS, _cfg(2, max_drift=1e-3))
     assert not two["drift"].gt(1e-3).any()  # pass 1's drift is reported
     assert two["drift_dropped"][4:].any() and not two["drift_dropped"][:4].any()  # pass 2 dropped moved replay rows
+
+
+def _later_passes_nonfinite(monkeypatch):
+    """Every pass after the first computes NaN log-probs (before its optimizer step)."""
+    import grpo_replay.trainer.update as upd
+
+    real_pass, real_logps, later = upd._pass, upd.token_logps, {"on": False}
+
+    def pass_(model, optimizer, batch, loss_cfg, cfg, behaviour):
+        later["on"] = behaviour is not None
+        return real_pass(model, optimizer, batch, loss_cfg, cfg, behaviour)
+
+    monkeypatch.setattr(upd, "_pass", pass_)
+    monkeypatch.setattr(upd, "token_logps", lambda *a, **k: real_logps(*a, **k) + (math.nan if later["on"] else 0.0))
+
+
+def test_a_later_nonfinite_pass_keeps_pass_1_s_update_and_is_recorded(monkeypatch):
+    _later_passes_nonfinite(monkeypatch)
+    model, sched, stats = _run(3)
+    want, _ = _by_hand(1)
+    torch.testing.assert_close(model.emb.weight, want.emb.weight, rtol=1e-5, atol=1e-6)  # pass 1 stands, pass 2 none
+    assert stats["finite"] and stats["nonfinite_pass"] == 2 and sched.last_epoch == 1
+    row = epoch_metrics(stats, 3)
+    assert row["epochs/passes"] == 2 and row["epochs/nonfinite_pass"] == 2
+
+
+def test_a_later_nonfinite_pass_inserts_the_fresh_rows_and_is_no_bad_step(tiny_overrides, tmp_path, monkeypatch):
+    import grpo_replay.trainer.loop as loop
+    from grpo_replay.trainer.train_config import resolve
+    from helpers import read_jsonl
+
+    _later_passes_nonfinite(monkeypatch)
+    out = tmp_path / "run"
+    cfg = resolve({**tiny_overrides, "out_dir": str(out), "steps": 3, "eval_every": 0, "update_epochs": 2,
+                   "max_bad_steps": 1})
+    summary = loop.train(cfg)  # max_bad_steps=1 would stop the run at the first step counted bad
+    rows = read_jsonl(out / "metrics.jsonl")
+    updated = [r for r in rows if r["loss"] is not None]
+    assert updated and all(not r["skipped_nonfinite"] and r["epochs/nonfinite_pass"] == 2 for r in updated)
+    assert rows[-1]["buffer/size"] > 0 and summary["skipped_nonfinite_steps"] == 0

@@ -56,6 +56,9 @@ from .dynamic_sampling import Round, needs_another_round
 from .dynamic_sampling import merge as merge_rounds
 from .lifecycle import HeldOut, resolve_device
 from .logprobs import token_logps
+from .lr_schedule import warmup_factor
+from ..metric_names import BUFFER_SKIPPED_NONFINITE as NONFINITE_KEY
+from ..rollout import without_nonfinite_logps
 from .update import epoch_metrics
 from .update import update as _update  # the name tests patch
 from .memory import check_step_memory
@@ -150,7 +153,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     random.seed(cfg.seed)
     max_new = cfg.completion_budget()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, cfg.lr_warmup_steps)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.lr_warmup_steps))
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
@@ -236,7 +239,8 @@ def step(run: Run, t: int) -> StepOutput:
         if fresh_measured:
             # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
             fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
-        buffer.add(fresh, t)
+        kept, stats[NONFINITE_KEY] = without_nonfinite_logps(fresh)  # a row that cannot be replayed stays out
+        buffer.add(kept, t)
     return StepOutput(gen, update, stats, drift)
 
 
@@ -313,11 +317,12 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and run.ref_model is not None else {}),
         "grad_norm": stats["grad_norm"] if stats else None,
         "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
-        "lr": run.scheduler.get_last_lr()[0],
+        "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
         **gen.reward_counts,
         **split_metrics(update, t, stats["token_stats"] if stats else None),
         **(drift_metrics(update, stats) if run.cfg.replay.max_drift is not None else {}),
         **run.buffer.stats(t + 1),
+        **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),
         **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1
         **(dynamic_sampling.metrics(gen) if run.cfg.dynamic_sampling else {}),
         **out.drift,  # drift/kl_1, drift/kl_tau (and time/drift_s) when cfg.drift_probe > 0

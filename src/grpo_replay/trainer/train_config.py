@@ -46,7 +46,7 @@ class TrainConfig:
     lr: float = 2e-4
     """AdamW learning rate (the paper uses 1e-6 for 0.6B-4B models; the tiny testbed model needs more)."""
     lr_warmup_steps: int = 0
-    """Linear learning-rate warm-up steps."""
+    """Linear learning-rate warm-up: update k (1-based) uses lr * min(1, k / lr_warmup_steps); 0 = none."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import metric_names as mn
 from . import trl_settings
 from .lifecycle import HeldOut, resolve_device, summary
 from .rewards import RewardScorer, SafeRewardTask
@@ -80,15 +81,17 @@ def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
 
 
 def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, resume, setup: dict,
-            replay_history: list, **extra: Any) -> dict[str, Any]:
+            **extra: Any) -> dict[str, Any]:
     """The end of a TRL run that was not stopped, as the built-in trainer ends: the final evaluation row and
-    summary.json."""
+    summary.json. Its totals come from metrics.jsonl, which holds every step of the run, those before a resume
+    included (the trainer's own history holds only this process's steps)."""
     end = held_out(model)
     trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
-    return RunDir(run_dir).write_summary(summary(
+    run = RunDir(run_dir)
+    replay_rows = sum(int(r.get(mn.REPLAY_COUNT, 0)) for r in run.read_metrics())
+    return run.write_summary(summary(
         cfg, backend="trl", generated=cfg.steps * cfg.prompts_per_step * cfg.group_size, start=start, end=end,
-        setup=setup, replay_rows_total=sum(h.get("replay_rows", 0) for h in replay_history), **extra,
-        resumed_from=resume))
+        setup=setup, replay_rows_total=replay_rows, **extra, resumed_from=resume))
 
 
 def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
     trl_settings.raise_if_stopped(cfg, res["trainer"])
     final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / "final")
-    return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info}, res["replay_history"])
+    return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info})
 
 
 def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
@@ -275,5 +278,5 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     trl_settings.raise_if_stopped(cfg, trainer)
     trainer.save_model(str(Path(run_dir) / "final"))
     (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
-    return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info, trainer.replay_history,
+    return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info,
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)

@@ -24,7 +24,7 @@ KEYS: dict[str, str] = {
     "prompts_per_step": "the generation batch, prompts_per_step x group_size rows (one generation, one optimizer step)",
     "group_size": "num_generations",
     "lr": "learning_rate",
-    "lr_warmup_steps": "warmup_steps, lr_scheduler_type constant_with_warmup (constant when 0)",
+    "lr_warmup_steps": "a callback giving TRL's constant scheduler the built-in trainer's warm-up (lr_schedule.py)",
     "weight_decay": "weight_decay",
     "max_grad_norm": "max_grad_norm (0 disables clipping, as in transformers)",
     "temperature": "temperature (TRL samples and computes log-probs at it; held-out sampling too)",
@@ -137,8 +137,7 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
         max_completion_length=cfg.completion_budget(),
         max_steps=cfg.steps,
         learning_rate=cfg.lr,
-        lr_scheduler_type="constant_with_warmup" if cfg.lr_warmup_steps else "constant",
-        warmup_steps=cfg.lr_warmup_steps,
+        lr_scheduler_type="constant",  # the warm-up: lr_schedule.trl_callback, the built-in trainer's shape
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
         temperature=cfg.temperature,
@@ -207,7 +206,10 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
 
     from .trl_metrics import callback as metrics_log
 
-    return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size)]
+    from .lr_schedule import trl_callback as warmup
+
+    return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size),
+            warmup(cfg.lr_warmup_steps)]
 
 
 def raise_if_stopped(cfg: TrainConfig, trainer) -> None:

@@ -26,11 +26,13 @@ def update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfi
     """`cfg.update_epochs` optimizer updates on `batch` (`cfg` a TrainConfig); the learning-rate schedule advances
     once, after them, so lr_warmup_steps counts steps whatever mu is.
 
-    Returns pass 1's loss, grad_norm, token_stats ((B, C) ratio / clipped / mask [/ kl]) and fresh_logps
-    ((n_fresh, C) behaviour log-probs of the fresh rows); `finite` (every pass that ran was finite); under
-    replay.max_drift, pass 1's per-row drift and the rows any pass dropped; with mu > 1, `epochs`: per pass
-    the clip fraction and the approximate KL (mean per-token k3 of the ratio) over the counted tokens. A
-    non-finite pass makes no optimizer step and ends the step's passes."""
+    Returns the learning rate the passes used (`lr`), pass 1's loss, grad_norm, token_stats ((B, C) ratio / clipped / mask [/ kl]) and fresh_logps
+    ((n_fresh, C) behaviour log-probs of the fresh rows); `finite`: pass 1 was finite, i.e. the step made its
+    update (its fresh rows, measured by pass 1, can enter the buffer); under replay.max_drift, pass 1's per-row
+    drift and the rows any pass dropped; with mu > 1, `epochs`: per pass run the clip fraction and the
+    approximate KL (mean per-token k3 of the ratio) over the counted tokens. A non-finite pass makes no
+    optimizer step and ends the step's passes; when it is a later pass k > 1, `nonfinite_pass` = k (the
+    earlier passes' updates stand)."""
     behaviour: Optional[list[torch.Tensor]] = None
     passes: list[dict[str, Any]] = []
     for _ in range(cfg.update_epochs):
@@ -39,12 +41,15 @@ def update(model, optimizer, scheduler, batch: RolloutBatch, loss_cfg: LossConfi
         if not (res["finite"] and res["kept_any"]):  # no optimizer step: the later passes would repeat this one
             break
     first = passes[0]
+    lr = scheduler.get_last_lr()[0]  # the rate every pass used, before the schedule advances
     if first["finite"] and first["kept_any"]:
         scheduler.step()
     out = {
-        "loss": first["loss"], "grad_norm": first["grad_norm"], "finite": all(p["finite"] for p in passes),
+        "loss": first["loss"], "grad_norm": first["grad_norm"], "finite": first["finite"], "lr": lr,
         "fresh_logps": first["fresh_logps"], "token_stats": first["token_stats"],
     }
+    if first["finite"] and not passes[-1]["finite"]:
+        out["nonfinite_pass"] = len(passes)
     if "drift" in first:  # replay.max_drift: a row dropped by any pass is evicted
         dropped = first["drift_dropped"]
         for p in passes[1:]:
@@ -135,11 +140,14 @@ def _pass_stats(token_stats: dict[str, torch.Tensor]) -> dict[str, float]:
 def epoch_metrics(stats: Optional[dict[str, Any]], mu: int) -> dict[str, Any]:
     """The metrics row's per-pass columns when update_epochs > 1: epochs/clip_frac_{k} and epochs/approx_kl_{k}
     for k = 1..mu (absent for a pass that did not run: the step made no update, or an earlier pass was not
-    finite), and epochs/passes, the passes run."""
+    finite), epochs/passes, the passes run, and epochs/nonfinite_pass, the later pass that went non-finite (its
+    optimizer step not made; absent when none did)."""
     if mu <= 1:
         return {}
     passes = stats.get("epochs", []) if stats is not None else []
     out: dict[str, Any] = {"epochs/passes": len(passes)}
+    if stats is not None and "nonfinite_pass" in stats:
+        out["epochs/nonfinite_pass"] = stats["nonfinite_pass"]
     for k, p in enumerate(passes, 1):
         out[f"epochs/clip_frac_{k}"] = p["clip_frac"]
         out[f"epochs/approx_kl_{k}"] = p["approx_kl"]

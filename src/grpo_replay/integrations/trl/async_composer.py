@@ -32,6 +32,7 @@ import torch
 from ...buffer import ReplayBuffer
 from ...composition import compose_batch
 from ...config import ReplayConfig
+from ...rollout import nonfinite_logp_rows
 from .async_samples import AGE, IS_REPLAY, SERIAL, from_batch, loss_span, sample_from_state, sample_state, to_batch, zero_variance
 
 
@@ -62,6 +63,7 @@ class AsyncComposer:
         self.chunk = 0
         self.serial = 0
         self.inserted = 0  # rows inserted into the buffer since the trainer last read it (`take_inserted`)
+        self.skipped_nonfinite = 0  # rows left out of an insert for a NaN or inf log-prob since the trainer read it
         self.history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per chunk, for diagnostics and tests
 
     # --- the stream -----------------------------------------------------------------------------------
@@ -125,8 +127,12 @@ class AsyncComposer:
         inserted = 0
         for birth in sorted({s["model_version"] for s in ready}):
             rows = [s for s in ready if s["model_version"] == birth]
-            inserted += self.buffer.add(to_batch(rows, step=birth), step=birth,
-                                        prompt_keys=[int(s["group_id"]) for s in rows])
+            batch = to_batch(rows, step=birth)
+            bad = nonfinite_logp_rows(batch)  # a row that cannot be replayed (undefined ratio) stays out, counted
+            good = torch.nonzero(~bad).flatten()
+            self.skipped_nonfinite += int(bad.sum())
+            inserted += self.buffer.add(batch.select(good), step=birth,
+                                        prompt_keys=[int(rows[i]["group_id"]) for i in good.tolist()])
         return inserted
 
     def _stored_group_ids(self) -> dict[int, int]:

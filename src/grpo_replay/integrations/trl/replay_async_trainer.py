@@ -35,6 +35,7 @@ from ...errors import ConfigError
 from .async_composer import AsyncComposer, chunk_size
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
 from .replay_async_config import check_age_bound
+from .replay_fields import resolve_replay_config
 from .replay_grpo_config import TRL_REFUSED
 
 logger = get_logger(__name__)
@@ -45,14 +46,13 @@ STATE_FILE = "replay_async_state.pt"
 
 class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
     """AsyncGRPOTrainer + replay. Takes AsyncGRPOTrainer's arguments; the replay settings come from `args` when it is
-    a `ReplayAsyncGRPOConfig`, else from `replay_config` (default: the paper preset)."""
+    a `ReplayAsyncGRPOConfig`, else from `replay_config` (default: the paper preset). Both given and different:
+    ConfigError naming the fields that differ."""
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
         bound = inspect.signature(AsyncGRPOTrainer.__init__).bind(None, *args, **kwargs).arguments
         targs, worker = bound.get("args"), bound.get("rollout_worker")
-        if replay_config is None:
-            to_cfg = getattr(targs, "to_replay_config", None)
-            replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
+        replay_config = resolve_replay_config("ReplayAsyncGRPOTrainer", targs, replay_config)
         # Refused before AsyncGRPOTrainer loads anything.
         refuse_options(replay_config, "TRL", TRL_REFUSED)
         staleness = targs.max_staleness if targs is not None else AsyncGRPOConfig.max_staleness
@@ -162,6 +162,9 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         metrics["replay/frac_zero_variance"].append(sum(map(zero_variance, fresh)) / max(len(fresh), 1))
         metrics[mn.REPLAY_INSERTED].append(float(composer.take_inserted()))
         metrics[mn.BUFFER_SIZE].append(float(len(composer.buffer)))
+        skipped, composer.skipped_nonfinite = composer.skipped_nonfinite, 0
+        if skipped:
+            metrics[mn.BUFFER_SKIPPED_NONFINITE].append(float(skipped))
         metrics["replay/age_bound"].append(float(self.replay_age_bound))
         if fresh:
             metrics[mn.FRESH_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in fresh) / len(fresh))

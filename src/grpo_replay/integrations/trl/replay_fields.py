@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from ...config import PRESETS, ReplayConfig
 from ...app.configio import bad, field_docs, is_finite
+from ...errors import ConfigError
 
 # ReplayConfig field -> its TRL config field: replay_<name> (replay_ratio keeps its name). Built from
 # ReplayConfig itself, so a new core setting reaches TRL users without being retyped here.
@@ -83,3 +84,21 @@ class ReplayFieldsMixin:
 
     def to_replay_config(self) -> ReplayConfig:
         return ReplayConfig.from_preset(self.replay_preset, **self.replay_overrides())
+
+
+def resolve_replay_config(trainer: str, args: Any, replay_config: Optional[ReplayConfig]) -> ReplayConfig:
+    """A trainer's replay settings: from `args` when it is a replay config (it has `to_replay_config`), else from
+    `replay_config`, else the paper preset. Both given: they must agree, else ConfigError naming every field that
+    differs (one setting from two sources would leave one of them silently unused)."""
+    to_cfg = getattr(args, "to_replay_config", None)
+    from_args = to_cfg() if to_cfg is not None else None
+    if replay_config is None:
+        return from_args if from_args is not None else ReplayConfig.paper()
+    if from_args is None or from_args == replay_config:
+        return replay_config
+    differ = [f"{REPLAY_FIELDS[k]}: args gives {v!r}, replay_config gives {getattr(replay_config, k)!r}"
+              for k, v in from_args.to_dict().items() if v != getattr(replay_config, k)]
+    raise ConfigError(
+        f"{trainer}: the replay settings come from two sources that differ ({'; '.join(differ)}); allowed: the "
+        f"replay_* fields of args ({type(args).__name__}) alone, replay_config with a plain TRL config, or both equal"
+    )

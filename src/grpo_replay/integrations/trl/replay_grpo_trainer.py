@@ -33,6 +33,7 @@ Design choices (documented in examples/trl/README.md):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections import deque
@@ -50,8 +51,9 @@ from ...composed import ComposedBatch
 from ...composition import compose_batch
 from ...config import ReplayConfig, refuse_options
 from ... import metric_names as mn
+from .replay_fields import resolve_replay_config
 from .replay_grpo_config import TRL_REFUSED
-from ...rollout import RolloutBatch, cat_padded
+from ...rollout import RolloutBatch, cat_padded, without_nonfinite_logps
 from .records import LossCapture, QueuedGeneration
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
@@ -76,15 +78,14 @@ BUFFER_FILE = "replay_buffer_rank{rank}"  # + .npz / .json, one per process, ins
 
 class ReplayGRPOTrainer(GRPOTrainer):
     """GRPOTrainer + replay. Takes GRPOTrainer's arguments; the replay settings come from `args` when it is a
-    `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset)."""
+    `ReplayGRPOConfig`, else from `replay_config` (default: the paper preset). Both given and different: ConfigError
+    naming the fields that differ."""
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
-        if replay_config is not None:
-            refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
+        targs = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments.get("args")
+        replay_config = resolve_replay_config("ReplayGRPOTrainer", targs, replay_config)
+        refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
         super().__init__(*args, **kwargs)
-        if replay_config is None:
-            to_cfg = getattr(self.args, "to_replay_config", None)
-            replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
         self.replay_config = replay_config
         seed = getattr(self.args, "replay_seed", None)
         seed = self.args.seed if seed is None else seed
@@ -269,7 +270,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
     def _replay_flush(self, log: bool, before_step: Optional[int] = None) -> None:
         """Insert the queued fresh rows (those born before `before_step`, default all) into the buffer. With
         `log`, every process must call it at the same point: the logged counts are gathered."""
-        keep, flushed, inserted = [], [], 0
+        keep, flushed, inserted, skipped = [], [], 0, 0
         for entry in self._replay_pending:
             if before_step is not None and entry.step >= before_step:
                 keep.append(entry)
@@ -279,7 +280,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
                     f"ReplayGRPOTrainer: {int(entry.missing.sum())} queued rows of step {entry.step} never went "
                     "through the update, so they have no behaviour log-probs"
                 )
-            entry.inserted = self.replay_buffer.add(entry.batch, entry.step)
+            storable, n_bad = without_nonfinite_logps(entry.batch)  # a row that cannot be replayed stays out
+            entry.inserted = self.replay_buffer.add(storable, entry.step)
+            skipped += n_bad
             inserted += entry.inserted
             flushed.append(entry)
         self._replay_pending = keep
@@ -287,10 +290,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if entry.history is not None:
                 entry.history.update(inserted=entry.inserted, buffer_size=len(self.replay_buffer))
         if log:
-            tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer)})
+            tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer),
+                                                        "skipped": skipped})
             metrics = self._metrics["train"]
             metrics[mn.REPLAY_INSERTED].append(tot["inserted"])
             metrics[mn.BUFFER_SIZE].append(tot["buffer_size"])
+            if tot["skipped"]:
+                metrics[mn.BUFFER_SKIPPED_NONFINITE].append(tot["skipped"])
 
     def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
