@@ -20,6 +20,10 @@
 # Seeds: SEED sets every seed of the run: the prompt order (data.seed; verl's null is one fixed order), vLLM's
 # sampling (actor_rollout_ref.rollout.seed), the update's mini-batch shuffle (actor.data_loader_seed), the actor's
 # FSDP seed and the replay draw (replay.seed). The arms of one SEED share them (paired by seed), seeds differ.
+# Checkpoints: one folder per run, CKPT_ROOT/EXP, with EXP naming the model, preset, trainer, mode and seed. verl's
+# trainer.resume_mode=auto resumes the latest global_step_* in that folder: a rerun of the same run continues it, a
+# new arm or seed starts fresh in a folder of its own. The entry point prints which before Ray starts, and refuses a
+# folder whose checkpoints another preset, seed or model wrote (grpo_replay/integrations/verl/run_folder.py).
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-4B-Base}
 DATA=${DATA:-$HOME/data/math}
@@ -31,6 +35,7 @@ TRAINER=${TRAINER:-v1}            # v1 | legacy
 MODE=${MODE:-sync}                # v1 only: sync | colocate_async | separate_async
 SEED=${SEED:-0}                   # every seed of the run (above)
 EXP=${EXP:-$(basename "$MODEL" | tr "[:upper:]" "[:lower:]")-math-replay-$PRESET-$TRAINER-$MODE-s$SEED}
+CKPT_ROOT=${CKPT_ROOT:-checkpoints/grpo-replay}   # verl's default parent (checkpoints/<project_name>)
 if [ "$TRAINER" = legacy ]; then
   TRAINER_ARGS=(trainer.use_v1=false)
 else
@@ -93,5 +98,6 @@ python -m grpo_replay.integrations.verl.main \
   trainer.logger='["console"]' \
   trainer.project_name=grpo-replay \
   trainer.experiment_name="$EXP" \
+  trainer.default_local_dir="$CKPT_ROOT/$EXP" \
   trainer.total_epochs=10 \
   "$@"
