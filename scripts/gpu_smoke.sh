@@ -24,6 +24,8 @@ LIMIT=${GPU_SMOKE_TIMEOUT:-3600}
 DRY=${GPU_SMOKE_DRY_RUN:-0}
 VENV=${GPU_SMOKE_VENV:-.venv-gpu}
 VERL_VENV=${VERL_GPU_VENV:-.venv-verl-gpu}
+case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac           # absolute or relative to the checkout
+case $VERL_VENV in /*) ;; *) VERL_VENV=$ROOT/$VERL_VENV ;; esac
 refuse() { echo "gpu_smoke: $*" >&2; exit 2; }
 
 for p in $PATHS; do
@@ -126,7 +128,7 @@ for split, n in (("train", 64), ("test", 16)):
 
     rows.map(to_verl, with_indices=True, remove_columns=rows.column_names).to_parquet(str(out / f"{split}.parquet"))
 EOF
-    run_path verl "$OUT/verl.log" env PATH="$ROOT/$VERL_VENV/bin:$PATH" MODEL="$MODEL" DATA="$OUT/verl-data" \
+    run_path verl "$OUT/verl.log" env PATH="$VERL_VENV/bin:$PATH" MODEL="$MODEL" DATA="$OUT/verl-data" \
       PRESET=paper N_GPUS="$NGPU" PROMPTS=8 EXP=gpu-smoke \
       bash examples/verl/run_paper_single_node.sh trainer.total_training_steps=2 data.max_response_length=256 \
       replay.warmup_steps=0 trainer.save_freq=-1 trainer.test_freq=-1 trainer.val_before_train=false \

@@ -265,6 +265,41 @@ def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
     assert f"log {tmp_path / 'bad' / 'builtin.log'}" in bad.stdout
 
 
+def test_gpu_smoke_takes_an_absolute_verl_venv(tmp_path):
+    """The verl path puts VERL_GPU_VENV's bin first on PATH whether it is absolute or relative to the checkout."""
+    for venv, want in ((str(tmp_path / "verl-gpu"), str(tmp_path / "verl-gpu/bin")),
+                       (".venv-verl-gpu", str(ROOT / ".venv-verl-gpu/bin"))):
+        out = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "GPU_SMOKE_DRY_RUN": "1",
+                                                         "VERL_GPU_VENV": venv, "GPU_SMOKE_PATHS": "verl"})
+        verl = next(line.split("\t")[1:] for line in out.stdout.splitlines() if line.startswith("verl\t"))
+        path = next(a for a in verl if a.startswith("PATH="))
+        assert path.removeprefix("PATH=").split(":")[0] == want, path
+
+
+def test_setup_verl_gpu_builds_flash_attn_for_the_host_gpu_only(tmp_path):
+    """The flash-attn build gets the host's architecture (nvidia-smi's compute_cap 9.0 -> 90), not every one."""
+    venv, bin_dir = tmp_path / "venv", tmp_path / "bin"
+    (venv / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    rec = tmp_path / "pip.log"
+    py = venv / "bin/python"
+    py.write_text(f"#!/bin/sh\necho \"$FLASH_ATTN_CUDA_ARCHS|$TORCH_CUDA_ARCH_LIST|$*\" >> {rec}\n")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 9.0\necho 9.0\n")
+    for f in (py, smi):
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VERL_GPU_VENV": str(venv)}
+    for k in ("FLASH_ATTN_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"):
+        env.pop(k, None)
+    out = subprocess.run(["bash", "scripts/setup_verl_gpu.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    (flash,) = [line for line in rec.read_text().splitlines() if "flash-attn==" in line]
+    assert flash.startswith("90|9.0|"), flash
+    assert "FLASH_ATTN_CUDA_ARCHS=90" in out.stderr
+
+
 # ------------------------------------------------------------------------------------------- install lines
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
