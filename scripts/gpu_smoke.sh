@@ -4,6 +4,8 @@
 #              every composed batch (scripts/smoke_check.py; the same checker runs on CPU in the test suite)
 #   builtin    the built-in trainer with vLLM generation (colocated engine, weight sync) on a hub model, 3 steps
 #   trl        the TRL example (ReplayGRPOTrainer, vLLM colocate) under accelerate on 2 GPUs (1 if only one), 2 steps
+#              (each then gets a NAME-share line: scripts/check_replay_share.py on its per-step metrics, since a
+#              run that replays nothing also exits 0)
 #   verl       examples/verl/run_paper_single_node.sh for 2 steps on every GPU, in the verl GPU environment
 # Environments: $PYTHON, else .venv-gpu/bin/python, else .venv/bin/python if it has vLLM and sees CUDA, else it makes
 # .venv-gpu (pip install -e '.[app,trl,vllm,tensorboard,dev]'); verl's is scripts/setup_verl_gpu.sh's .venv-verl-gpu,
@@ -66,8 +68,15 @@ run_path() {
     printf '%-8s FAILED  %5ds  exit %d, log %s\n' "$name" $((SECONDS - t0)) $rc "$log"
     FAILED=1
   fi
+  return $rc
 }
 skip() { printf '%-8s skipped        %s\n' "$1" "$2"; }
+# check_share NAME RUN_DIR: the run's realised replay share against the paper preset's ratio 0.5 (a run that
+# replayed nothing exits 0 too); its own line, NAME-share, after the path's when that passed.
+check_share() {
+  local name=$1 run=$2
+  run_path "$name-share" "$OUT/$name-share.log" "$PY" scripts/check_replay_share.py "$run" --ratio 0.5
+}
 
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 export HF_HUB_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -85,14 +94,16 @@ for p in $PATHS; do
       "$PY" -m grpo_replay.cli train --model "$MODEL" --reward math --data word_sums --steps 3 --device cuda \
       --out "$OUT/builtin" --no-progress --set generator=vllm --set prompts_per_step=4 --set group_size=4 \
       --set max_new_tokens=64 --set micro_batch_size=4 --set eval_every=0 --set eval_problems=8 \
-      --set eval_samples=1 --set checkpoint_every=0 --set replay.warmup_steps=1 ;;
+      --set eval_samples=1 --set checkpoint_every=0 --set replay.warmup_steps=1 \
+      && check_share builtin "$OUT/builtin" ;;
   trl)
     N=$(( NGPU >= 2 ? 2 : 1 ))
     run_path trl "$OUT/trl.log" "$PY" -m accelerate.commands.launch --config_file examples/trl/accelerate_multi_gpu.yaml \
       --num_processes "$N" examples/trl/train_qwen3_math_replay.py --config examples/trl/qwen3_0.6b_math_replay.yaml \
       --model_name_or_path "$MODEL" --output_dir "$OUT/trl" --max_steps 2 --per_device_train_batch_size 8 \
-      --gradient_accumulation_steps 1 --steps_per_generation 1 --num_generations 4 --max_completion_length 128 \
-      --replay_warmup_steps 0 --report_to none --save_strategy no ;;
+      --gradient_accumulation_steps 1 --steps_per_generation 1 --num_generations 4 --max_completion_length 512 \
+      --replay_warmup_steps 0 --report_to none --save_strategy no \
+      && check_share trl "$OUT/trl" ;;
   verl)
     if [ "$DRY" != 1 ] && [ ! -x "$VERL_VENV/bin/python" ]; then
       echo "gpu_smoke: making $VERL_VENV (scripts/setup_verl_gpu.sh; flash-attn compiles, which takes long)" >&2

@@ -48,7 +48,7 @@ def test_the_collection_sees_every_kind_of_command(doc_records, smoke):
             ("pip", "install")} <= kinds, kinds
     verl = [r for r in doc_records if gc.strip_python_m(r["argv"], "grpo_replay.integrations.verl.main") is not None]
     assert len(verl) >= 6  # README, paper_table and verl.md's five variants
-    assert set(smoke) == {"testbed", "builtin", "trl", "verl-data", "verl"}
+    assert set(smoke) == {"testbed", "builtin", "builtin-share", "trl", "trl-share", "verl-data", "verl"}
 
 
 # ------------------------------------------------------------------------------------------- grpo-replay CLI
@@ -256,7 +256,8 @@ def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
     ok = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "ok")], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)
     lines = ok.stdout.splitlines()
-    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"]], ok
+    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"],
+                                                                      ["builtin-share", "ok"]], ok
     assert "grpo_replay.cli train" in (tmp_path / "ok" / "builtin.log").read_text()
     bad = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "bad")], cwd=ROOT, env={**env, "FAKE_RC": "1"},
                          capture_output=True, text=True, timeout=60)
@@ -298,6 +299,46 @@ def test_setup_verl_gpu_builds_flash_attn_for_the_host_gpu_only(tmp_path):
     (flash,) = [line for line in rec.read_text().splitlines() if "flash-attn==" in line]
     assert flash.startswith("90|9.0|"), flash
     assert "FLASH_ATTN_CUDA_ARCHS=90" in out.stderr
+
+
+@pytest.mark.parametrize("path", ["builtin", "trl"])
+def test_gpu_smoke_fails_a_run_that_replays_nothing(tmp_path, path):
+    """The builtin and trl paths pass on their realised replay share, not on the exit code: a stand-in run that
+    exits 0 having replayed nothing (or a third short of the ratio) fails its share line and the script (exit 3);
+    one that replayed ratio/(1+ratio) passes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    # The stand-in python writes the run's log as the engine would (metrics.jsonl / TRL's trainer_state.json) for
+    # the training command, and runs the real checker.
+    py = bin_dir / "fake-python"
+    py.write_text(f"""#!{sys.executable}
+import json, os, sys, pathlib, subprocess
+args = sys.argv[1:]
+if args and args[0] == "scripts/check_replay_share.py":
+    sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
+out = pathlib.Path(args[args.index("--out" if "--out" in args else "--output_dir") + 1])
+out.mkdir(parents=True, exist_ok=True)
+shares = [float(x) for x in os.environ["FAKE_SHARES"].split()]
+rows = [{{"step": i + 1, "replay/share": s, "replay/count": 8.0 * s / (1 - s)}} for i, s in enumerate(shares)]
+if "--out" in args:
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+else:
+    (out / "trainer_state.json").write_text(json.dumps({{"log_history": rows}}))
+""")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py), "GPU_SMOKE_PATHS": path}
+    env.pop("GPU_SMOKE_DRY_RUN", None)
+    for shares, rc in (("0 0 0", 3), ("0 0.2222 0.2222", 3), ("0 0.3333 0.3333", 0)):
+        out = tmp_path / f"out-{rc}-{shares.replace(' ', '_')}"
+        run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(out)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**env, "FAKE_SHARES": shares})
+        lines = [l.split()[:2] for l in run.stdout.splitlines()]
+        assert lines == [[path, "ok"], [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
+        assert run.returncode == rc, (shares, run)
+        if rc:
+            assert "check_replay_share" in (out / f"{path}-share.log").read_text()
 
 
 # ------------------------------------------------------------------------------------------- install lines
