@@ -149,6 +149,8 @@ def launch_parser():
 
 
 def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
+    from grpo_replay import ReplayConfig
+
     launches = _launches(doc_records, TRL_SCRIPT)
     assert len(launches) == 2
     presets = []
@@ -158,6 +160,8 @@ def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
         assert training.use_vllm and training.vllm_mode == "colocate" and training.report_to == ["tensorboard"]
         assert training.bf16 and model.model_name_or_path == "Qwen/Qwen3-0.6B-Base"
         presets.append(training.replay_preset)
+        # Each arm runs its preset: no key of the YAML overrides it (a replay_ratio there made the GRPO arm replay).
+        assert training.to_replay_config() == ReplayConfig.from_preset(training.replay_preset), training.replay_preset
         # What the launch needs besides vLLM (absent on CPU) is installed with the extras its install line names.
         assert script.preflight(training) == ["use_vllm needs the `vllm` package: pip install -e '.[vllm]' in the "
                                               "grpo-replay checkout"]
@@ -172,7 +176,7 @@ def test_every_key_of_the_trl_yaml_is_a_config_field():
     fields = {*ReplayGRPOConfig.__dataclass_fields__, *ModelConfig.__dataclass_fields__,
               *_trl_script().ScriptArguments.__dataclass_fields__}
     keys = yaml.safe_load(TRL_YAML.read_text())
-    assert len(keys) > 40 and not set(keys) - fields, set(keys) - fields
+    assert len(keys) > 30 and not set(keys) - fields, set(keys) - fields
 
 
 def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
@@ -187,6 +191,8 @@ def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
     fields = {*ReplayAsyncGRPOConfig.__dataclass_fields__, *mod.AsyncScriptArguments.__dataclass_fields__}
     keys = yaml.safe_load((TRL_SCRIPT.parent / "qwen3_0.6b_math_async_replay.yaml").read_text())
     assert len(keys) > 20 and not set(keys) - fields, set(keys) - fields
+    # `--replay_preset grpo` (the YAML's own comment) gives the GRPO arm: no replay_* key of the YAML overrides it.
+    assert not {k for k in keys if k.startswith("replay_")} - {"replay_preset"}
     assert keys["report_to"] == ["tensorboard"]
 
 
