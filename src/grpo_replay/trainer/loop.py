@@ -57,7 +57,7 @@ from .lifecycle import HeldOut, resolve_device
 from .logprobs import token_logps
 from .update import epoch_metrics, forward_precision
 from .update import update as _update  # the name tests patch
-from .memory import check_step_memory
+from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
 from .rewards import RewardScorer, SafeRewardTask
 from .rundir import RunDir
 from .train_config import TrainConfig
@@ -155,7 +155,9 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
-    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards: the same timeout
+    # Evaluation through transformers: as many problems at a time as fit beside the step (memory.eval_chunk).
+    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer),  # evaluation rewards: the same timeout
+                       chunk=eval_chunk(cfg, model_shape(model), device.type, card_bytes(device)))
     drift = None
     if cfg.drift_probe:
         # Sampled from the initial policy (build_policy is deterministic; the checkpoint stores it all the same).
@@ -167,6 +169,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
         from ..generation.vllm import VLLMGenerator
 
         generator = VLLMGenerator.colocated(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
+        held_out.generator = generator  # the evaluation samples as the rollouts do, its KV cache in vLLM's share
     else:
         generator = TransformersGenerator(model, tokenizer)
     return Run(

@@ -10,7 +10,9 @@ inside it). Then the largest of the phases, each at its peak:
   - generation (transformers backend only): the KV cache of every row generated at once, rows x layers x 2 x C x
     kv_width values of the model's dtype, kv_width = num_key_value_heads x head_dim (Qwen3: head_dim 128, wider
     than hidden / heads);
-  - evaluation (transformers backend only): the same for the held-out batch, problems x eval_samples rows;
+  - evaluation (through transformers: the built-in trainer's generator=transformers, and `--backend trl`): the same
+    for the held-out problems generated at once x eval_samples; on a GPU the problems per call are as many as keep
+    it within the largest other phase (`eval_chunk`);
   - scoring: a no-grad log-prob pass, one chunk of `logprobs.token_logps`' logits (in the compute dtype and as
     float32);
   - update: the gradients (4P), under bf16 autocast the weights' bf16 copies (2P), one logits chunk, and what every
@@ -24,6 +26,7 @@ sizes. Other architectures keep a similar amount; the estimate is not a bound fo
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -31,6 +34,7 @@ from typing import Optional
 import torch
 
 from ..errors import ConfigError
+from ..replay_share import realised_share
 from .logprobs import chunk_tokens
 
 # bytes per token and layer kept for the backward pass: (x hidden, x intermediate, x (q width + kv width))
@@ -94,10 +98,9 @@ class Phases:
 
 
 def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completion: int, precision: str,
-           vllm_bytes: int, eval_in_vllm: bool = True, kv_elem: int = 4, prompt: int = 0) -> Phases:
-    """The phases of one step: `rows` generated at once, `micro_rows` per forward of the update, `eval_rows`
-    held-out rows generated at once; generation runs in vLLM's share when `vllm_bytes`, and so does the evaluation
-    when `eval_in_vllm` too (TRL's backend evaluates through transformers whatever generates its rollouts)."""
+           vllm_bytes: int, kv_elem: int = 4, prompt: int = 0) -> Phases:
+    """The phases of one step: `rows` generated at once (in vLLM's share when `vllm_bytes`), `micro_rows` per
+    forward of the update, `eval_rows` held-out rows generated at once by transformers (0: none, or in vLLM)."""
     compute = 2 if precision == "bf16" else 4
     logits = min(micro_rows * completion, chunk_tokens(shape.vocab)) * shape.vocab * (compute + 4)
     P = shape.params
@@ -105,16 +108,11 @@ def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completi
         adamw=8 * P,
         vllm=vllm_bytes,
         generation=0 if vllm_bytes else shape.kv_bytes(rows, completion, kv_elem),
-        evaluation=0 if vllm_bytes and eval_in_vllm else shape.kv_bytes(eval_rows, completion, kv_elem),
+        evaluation=shape.kv_bytes(eval_rows, completion, kv_elem),
         scoring=logits,
         update=(4 * P + (2 * P if precision == "bf16" else 0) + logits
                 + micro_rows * (prompt + completion) * shape.layers * shape.activation_bytes(precision)),
     )
-
-
-def eval_rows(cfg) -> int:
-    """Held-out rows generated at once: a chunk of problems x eval_samples (the greedy pass is smaller)."""
-    return min(cfg.eval_problems, EVAL_CHUNK) * cfg.eval_samples
 
 
 def precision_of(cfg, device_type: str) -> str:
@@ -140,23 +138,60 @@ def _available_bytes(device: torch.device) -> Optional[int]:
 
 def run_phases(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> Phases:
     """The phases of a TrainConfig's step on a device of that type (`card_bytes`: its total memory, for vLLM's
-    share). The built-in trainer evaluates through its generator; `--backend trl` through transformers."""
+    share). The built-in trainer evaluates through its generator; `--backend trl` through transformers, `eval_chunk`
+    problems at a time."""
     from ..generation.vllm import GPU_SHARE
 
     rows = cfg.prompts_per_step * cfg.group_size
     vllm = int(GPU_SHARE * card_bytes) if cfg.generator == "vllm" and device_type == "cuda" else 0
-    # The largest forward pass of the update: a micro-batch, or the fresh segment (replay adds a second pass).
-    return phases(shape, rows=rows, micro_rows=min(cfg.micro_batch_size or rows, rows), eval_rows=eval_rows(cfg),
-                  completion=cfg.completion_budget(), precision=precision_of(cfg, device_type), vllm_bytes=vllm,
-                  eval_in_vllm=cfg.backend == "builtin", prompt=PROMPT_ROOM if cfg.reward == "math" else 0)
+    completion = cfg.completion_budget()
+    # The largest forward pass of the update: a micro-batch, or the fresh segment (replay adds a second pass);
+    # TRL's forward holds the composed rows / steps_per_generation: micro_batch_size x (1 + replay_ratio).
+    micro = min(cfg.micro_batch_size or rows, rows)
+    if cfg.backend == "trl":
+        unit = rows // micro
+        micro = realised_share(rows, cfg.replay, unit).rows // unit
+    ph = phases(shape, rows=rows, micro_rows=micro, eval_rows=0,
+                completion=completion, precision=precision_of(cfg, device_type), vllm_bytes=vllm,
+                prompt=PROMPT_ROOM if cfg.reward == "math" else 0)
+    if eval_in_engine(cfg, device_type):
+        return ph
+    at_once = min(cfg.eval_problems, _eval_chunk(cfg, shape, device_type, ph)) * cfg.eval_samples
+    return dataclasses.replace(ph, evaluation=shape.kv_bytes(at_once, completion, 4))
+
+
+def eval_in_engine(cfg, device_type: str) -> bool:
+    """Whether the held-out evaluation generates in vLLM (the built-in trainer's generator=vllm on a GPU)."""
+    return cfg.backend == "builtin" and cfg.generator == "vllm" and device_type == "cuda"
+
+
+def eval_chunk(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> int:
+    """Held-out problems per transformers generate call: on a GPU as many as keep the evaluation's KV cache within
+    the largest other phase (at least one problem), so the evaluation never sets the run's peak; on a CPU the fixed
+    `EVAL_CHUNK` (host memory is checked as a whole, and the chunking decides which random draws go to which row)."""
+    return _eval_chunk(cfg, shape, device_type, run_phases(cfg, shape, device_type, card_bytes))
+
+
+def _eval_chunk(cfg, shape: Shape, device_type: str, ph: Phases) -> int:
+    if device_type != "cuda":
+        return EVAL_CHUNK
+    budget = max(ph.generation, ph.scoring, ph.update)
+    per_problem = shape.kv_bytes(cfg.eval_samples, cfg.completion_budget(), 4)
+    return max(1, min(EVAL_CHUNK, budget // per_problem))
+
+
+def model_shape(model) -> Shape:
+    return Shape.of(model.config, sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def card_bytes(device: torch.device) -> int:
+    return torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
 
 
 def check_step_memory(cfg, model, max_new: int, device: torch.device) -> None:
     """Refuse (ConfigError) settings whose step cannot fit in the memory this device has available now (the
     weights loaded; no optimizer state, no vLLM engine yet)."""
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    card = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
-    ph = run_phases(cfg, Shape.of(model.config, params), device.type, card)
+    ph = run_phases(cfg, model_shape(model), device.type, card_bytes(device))
     have = _available_bytes(device)
     if have is None or ph.need <= have:
         return

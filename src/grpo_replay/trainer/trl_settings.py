@@ -52,6 +52,8 @@ KEYS: dict[str, str] = {
     "backend": "selects this path",
     "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, the "
                  "built-in trainer's share); transformers is TRL's own generate",
+    "precision": "bf16 when it resolves to bf16 on the run's device (TRL's bf16 autocast, float32 master weights), "
+                 "else bf16=False; the testbed path trains on the CPU in float32",
     "model": "the real-model path: the policy",
     "model_file": "the real-model path: the GGUF file",
     "data": "the real-model path: the training prompts",
