@@ -87,12 +87,28 @@ def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:
                         f"{cfg.replay.composition}) -> {s.replay} replay after the mapping ({mapping}); share "
                         f"{s.share:.3f} vs configured {s.configured:.3f} (a full buffer after "
                         f"{cfg.replay.warmup_steps} warm-up steps)")
-    if not s.realised and not cfg.replay.fill_filtered:
-        from ..trainer.trl_settings import micro_batches_that_realise
 
-        report.refuse(f"micro_batch_size{label}", f"TRL's split of the {s.kept + s.planned} composed rows into "
-                      f"{unit} micro-batches trims the replay rows to {s.replay} of {s.planned}",
-                      "micro_batch_size in " + ", ".join(map(str, micro_batches_that_realise(cfg)[:6])))
+
+def check_launch_rules(cfg: TrainConfig, report: Report, label: str = "") -> None:
+    """What the command itself refuses before it trains (a ConfigError of the TRL mapping, the data's row count),
+    as a refusal naming the key."""
+    import re
+
+    from ..errors import UsageError
+    from ..trainer.setup import check_data_rows
+
+    checks = [check_data_rows] if cfg.reward == "math" else []
+    if cfg.backend == "trl":
+        from ..trainer import trl_settings
+
+        checks.append(trl_settings.check)
+    for check in checks:
+        try:
+            check(cfg)
+        except UsageError as e:
+            key = re.search(r"TrainConfig\.([\w.]+)", str(e))
+            problem, _, fix = str(e).partition("; allowed: ")
+            report.refuse((key.group(1) if key else "config") + label, problem, fix or "see the message")
 
 
 def check_run_dir(cfg: TrainConfig, report: Report, label: str = "") -> None:
@@ -159,6 +175,7 @@ def check_train(cfg: TrainConfig, host: Host, gpu_memory: Optional[int], report:
         report.add("software", f"torch {host.torch} (installed here); the run uses the CPU")
     check_memory(cfg, host, gpu_memory, report, label)
     check_replay(cfg, report, label)
+    check_launch_rules(cfg, report, label)
     from ..trainer.lifecycle import EVAL_SEED_OFFSET
 
     report.add(f"seeds{label}", f"seed {cfg.seed} (prompt order, sampling, buffer; evaluation sampling seed "

@@ -245,7 +245,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     from datasets import Dataset
 
     from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from .memory import card_bytes, check_step_memory, eval_chunk, model_shape, precision_of
+    from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
     from .setup import build_policy
 
     if cfg.torch_threads:
@@ -269,7 +269,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
     args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
-                                 "use_cpu": device.type == "cpu", "bf16": precision_of(cfg, device.type) == "bf16",
+                                 "use_cpu": device.type == "cpu",
                                  **no_activation_checkpointing()})
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
