@@ -46,6 +46,8 @@ def resolve(launch: list[str], host, gpu_memory):
     words = launch[1:] if launch[0] in ("grpo-replay", "grpo_replay") else launch
     if words and words[0] == "train":
         return _train(words[1:], host, gpu_memory)
+    if words and words[0] == "compare":
+        return _compare(words[1:], host, gpu_memory)
     raise UsageError(f"grpo-replay preflight: {' '.join(launch[:3])!r} is not a launch it knows; allowed: "
                      + " | ".join(FORMS))
 
@@ -68,3 +70,19 @@ def _train(argv: list[str], host, gpu_memory):
     check_train(cfg, host, gpu_memory, report)
     return report
 
+
+
+def _compare(argv: list[str], host, gpu_memory):
+    from ..preflight.compare_runs import check_compare
+    from ..preflight.report import Report
+    from . import compare
+
+    args = _parse(compare, argv, "grpo-replay compare")
+    launch = "grpo-replay compare " + " ".join(argv)
+    try:
+        plan = compare.planned(args)
+    except UsageError as e:  # what compare itself refuses while planning (a --set, a batch mapping)
+        report = Report(launch)
+        report.refuse_error(e)
+        return report
+    return check_compare(plan, host, gpu_memory, launch)
