@@ -48,6 +48,11 @@ def resolve(launch: list[str], host, gpu_memory):
         return _train(words[1:], host, gpu_memory)
     if words and words[0] == "compare":
         return _compare(words[1:], host, gpu_memory)
+    if launch[:2] == ["accelerate", "launch"] or (launch[0].startswith("python") and len(launch) > 1
+                                                  and launch[1].endswith(".py")):
+        from ..preflight.trl_launch import check_trl_launch
+
+        return check_trl_launch(launch, host, gpu_memory)
     raise UsageError(f"grpo-replay preflight: {' '.join(launch[:3])!r} is not a launch it knows; allowed: "
                      + " | ".join(FORMS))
 

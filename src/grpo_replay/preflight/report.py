@@ -34,14 +34,14 @@ class Report:
     def refuse(self, field_name: str, problem: str, fix: str) -> None:
         self.refusals.append(Refusal(field_name, problem, fix))
 
-    def refuse_error(self, error: Exception, label: str = "") -> None:
+    def refuse_error(self, error: Exception, label: str = "", field_name: str = "launch") -> None:
         """A refusal from a UsageError the launch's own code raised: the key its message names, the message up to
         its allowed values as the problem, those values as the fix."""
         import re
 
         key = re.search(r"TrainConfig\.([\w.]+)|(--[\w-]+)", str(error))
         problem, _, fix = str(error).partition("; allowed: ")
-        field_name = (key.group(1) or key.group(2)) if key else "launch"
+        field_name = (key.group(1) or key.group(2)) if key else field_name
         self.refuse(field_name + label, problem, fix or "see the problem")
 
     def render(self) -> str:

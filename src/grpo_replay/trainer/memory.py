@@ -98,12 +98,16 @@ class Phases:
 
 
 def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completion: int, precision: str,
-           vllm_bytes: int, kv_elem: int = 4, prompt: int = 0) -> Phases:
+           vllm_bytes: int, kv_elem: int = 4, prompt: int = 0, checkpointed: bool = False) -> Phases:
     """The phases of one step: `rows` generated at once (in vLLM's share when `vllm_bytes`), `micro_rows` per
-    forward of the update, `eval_rows` held-out rows generated at once by transformers (0: none, or in vLLM)."""
+    forward of the update, `eval_rows` held-out rows generated at once by transformers (0: none, or in vLLM).
+    `checkpointed` (activation checkpointing, as TRL's gradient_checkpointing): each layer keeps only its float32
+    input per token, and one layer's activations are recomputed at a time."""
     compute = 2 if precision == "bf16" else 4
     logits = min(micro_rows * completion, chunk_tokens(shape.vocab)) * shape.vocab * (compute + 4)
     P = shape.params
+    per_token = (shape.layers * 4 * shape.hidden + shape.activation_bytes(precision) if checkpointed
+                 else shape.layers * shape.activation_bytes(precision))
     return Phases(
         adamw=8 * P,
         vllm=vllm_bytes,
@@ -111,7 +115,7 @@ def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completi
         evaluation=shape.kv_bytes(eval_rows, completion, kv_elem),
         scoring=logits,
         update=(4 * P + (2 * P if precision == "bf16" else 0) + logits
-                + micro_rows * (prompt + completion) * shape.layers * shape.activation_bytes(precision)),
+                + micro_rows * (prompt + completion) * per_token),
     )
 
 
