@@ -48,6 +48,11 @@ def resolve(launch: list[str], host, gpu_memory):
         return _train(words[1:], host, gpu_memory)
     if words and words[0] == "compare":
         return _compare(words[1:], host, gpu_memory)
+    words_after_env = [w for w in launch if not ("=" in w and w.split("=")[0].isidentifier())]
+    if words_after_env and (words_after_env[0] in ("bash", "sh") or words_after_env[0].endswith(".sh")):
+        from ..preflight.verl_launch import check_verl_launch
+
+        return check_verl_launch(launch, host, gpu_memory)
     if launch[:2] == ["accelerate", "launch"] or (launch[0].startswith("python") and len(launch) > 1
                                                   and launch[1].endswith(".py")):
         from ..preflight.trl_launch import check_trl_launch

@@ -78,6 +78,7 @@ def check_trl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -
     check_stack(host, "main", True, per_node, report)
     report.add("processes", f"{processes} process(es) on {machines} machine(s): {per_node} GPU(s) per node")
     _check_packages(module, args, host, report)
+    _check_master_weights(args, report)
     async_trainer = not hasattr(args, "steps_per_generation")
     share = _check_share(args, processes, async_trainer, report)
     _check_memory(args, model_name, share, async_trainer, host, gpu_memory, report)
@@ -100,6 +101,18 @@ def _check_packages(module, args, host: Host, report: Report) -> None:
             report.refuse("packages", line, "install it as the line says")
         else:
             report.add("software", f"the GPU host needs: {line}")
+
+
+def _check_master_weights(args, report: Report) -> None:
+    """The weights the optimizer updates must be float32: TRL's bf16=True is autocast over them. Loaded in bf16
+    (the async config's `dtype`, or `model_init_kwargs`), AdamW's updates at an RL learning rate mostly round away
+    while the run logs as usual."""
+    dtype = getattr(args, "dtype", None) or (getattr(args, "model_init_kwargs", None) or {}).get("dtype")
+    if str(dtype).replace("torch.", "") in ("bfloat16", "float16"):
+        key = "dtype" if getattr(args, "dtype", None) else "model_init_kwargs.dtype"
+        report.refuse(key, f"{dtype} weights are what AdamW updates (no float32 master copy): at learning_rate="
+                      f"{args.learning_rate:g} most updates round away", "dtype: float32 with bf16: true (autocast "
+                      "over float32 weights)")
 
 
 def _check_share(args, processes: int, async_trainer: bool, report: Report):
