@@ -128,3 +128,26 @@ def test_shape_reads_head_dim_from_a_config_and_falls_back_to_hidden_over_heads(
     assert Shape.of(c, 10).head_dim == 16
     assert Shape.of(SimpleNamespace(**vars(c), head_dim=32), 10).kv_width == 64
     assert set(ACTIVATION_BYTES) == {"bf16", "fp32"}
+
+
+def test_the_docs_table_of_what_fits_where_is_this_estimate():
+    """docs/paper_table.md's memory table, every cell, from the estimate the trainer checks (so the docs and the
+    check cannot disagree, e.g. on Qwen3-4B on a 141 GB card)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "paper_table.md").read_text()
+    section = doc.split("**What fits where")[1].split("### verl")[0]
+    rows = {m.group(1): [float(x) for x in re.findall(r"\d+(?:\.\d+)?", m.group(2))]
+            for m in re.finditer(r"^\| (Qwen3-[\d.]+B)-Base \|(.*)\|$", section, re.M)}
+    assert set(rows) == {"Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B"}
+    for name, printed in rows.items():
+        size = name.split("-")[1]
+        cfg, shape = recipe(size)
+        one = run_phases(cfg, shape, "cuda", CARD[80])
+        two = run_phases(dataclasses.replace(cfg, micro_batch_size=2), shape, "cuda", CARD[80])
+        fit = [max([m for m in range(1, 33) if total(recipe(size, micro_batch_size=m)[0], shape, c) <= CARD[c]] or [0])
+               for c in (80, 141)]
+        want = [16 * shape.params / GIB, (two.update - one.update) / GIB, 0.3 * CARD[80] / GIB, 0.3 * CARD[141] / GIB,
+                total(cfg, shape, 80) / GIB, total(cfg, shape, 141) / GIB]
+        assert printed == [round(w, 1) for w in want] + fit, (name, printed, want, fit)

@@ -69,8 +69,13 @@ def overrides_dict(overrides: list[str]) -> dict[str, str]:
 
 
 def check_verl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
-    report = Report(" ".join(launch))
-    ov = overrides_dict(captured_overrides(launch))
+    return check_verl_overrides(captured_overrides(launch), host, gpu_memory, " ".join(launch))
+
+
+def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[int], launch: str) -> Report:
+    """The report of the verl entry point called with `overrides`."""
+    report = Report(launch)
+    ov = overrides_dict(overrides)
     get = lambda key: ov.get(key, VERL_DEFAULTS.get(key))  # noqa: E731
     nodes, per_node = int(get("trainer.nnodes")), int(ov.get("trainer.n_gpus_per_node", 8))
     check_stack(host, "verl", True, per_node, report)
