@@ -52,6 +52,7 @@ from ...config import ReplayConfig, refuse_options
 from ... import metric_names as mn
 from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded
+from .batch_share import check_share
 from .records import LossCapture, QueuedGeneration
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
@@ -86,6 +87,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
             to_cfg = getattr(self.args, "to_replay_config", None)
             replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
         self.replay_config = replay_config
+        # The share TRL's split leaves: refused here, before training, when it trims planned replay rows.
+        self.replay_share = check_share(self.args, replay_config, self.accelerator.num_processes)
         seed = getattr(self.args, "replay_seed", None)
         seed = self.args.seed if seed is None else seed
         self.replay_buffer = ReplayBuffer(replay_config, seed=seed + self.accelerator.process_index)
