@@ -20,7 +20,8 @@
 # Seeds: SEED sets every seed of the run: the prompt order (data.seed; verl's null is one fixed order), vLLM's
 # sampling (actor_rollout_ref.rollout.seed), the update's mini-batch shuffle (actor.data_loader_seed), the actor's
 # FSDP seed and the replay draw (replay.seed). The arms of one SEED share them (paired by seed), seeds differ.
-# Checkpoints: one folder per run, CKPT_ROOT/EXP, with EXP naming the model, preset, trainer, mode and seed. verl's
+# Checkpoints: one folder per run, CKPT_ROOT/<trainer.experiment_name> (EXP, naming the model, preset, trainer, mode
+# and seed, unless an override names the experiment). verl's
 # trainer.resume_mode=auto resumes the latest global_step_* in that folder: a rerun of the same run continues it, a
 # new arm or seed starts fresh in a folder of its own. The entry point prints which before Ray starts, and refuses a
 # folder whose checkpoints another preset, seed or model wrote (grpo_replay/integrations/verl/run_folder.py).
@@ -98,6 +99,6 @@ python -m grpo_replay.integrations.verl.main \
   trainer.logger='["console"]' \
   trainer.project_name=grpo-replay \
   trainer.experiment_name="$EXP" \
-  trainer.default_local_dir="$CKPT_ROOT/$EXP" \
+  trainer.default_local_dir="$CKPT_ROOT/\${trainer.experiment_name}" \
   trainer.total_epochs=10 \
   "$@"

@@ -48,7 +48,8 @@ def test_the_collection_sees_every_kind_of_command(doc_records, smoke):
             ("pip", "install")} <= kinds, kinds
     verl = [r for r in doc_records if gc.strip_python_m(r["argv"], "grpo_replay.integrations.verl.main") is not None]
     assert len(verl) >= 6  # README, paper_table and verl.md's five variants
-    assert set(smoke) == {"testbed", "builtin", "builtin-share", "trl", "trl-share", "verl-data", "verl"}
+    assert set(smoke) == {"testbed", "builtin-preflight", "builtin", "builtin-share", "trl-preflight", "trl",
+                          "trl-share", "verl-data", "verl-preflight", "verl"}
 
 
 # ------------------------------------------------------------------------------------------- grpo-replay CLI
@@ -262,14 +263,33 @@ def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
     ok = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "ok")], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)
     lines = ok.stdout.splitlines()
-    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"],
-                                                                      ["builtin-share", "ok"]], ok
+    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin-preflight", "ok"],
+                                                                      ["builtin", "ok"], ["builtin-share", "ok"]], ok
     assert "grpo_replay.cli train" in (tmp_path / "ok" / "builtin.log").read_text()
     bad = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "bad")], cwd=ROOT, env={**env, "FAKE_RC": "1"},
                          capture_output=True, text=True, timeout=60)
+    # a refused preflight skips its path: nothing of it runs on the GPU
     assert bad.returncode == 3 and [l.split()[:2] for l in bad.stdout.splitlines()] == [["testbed", "FAILED"],
-                                                                                      ["builtin", "FAILED"]]
-    assert f"log {tmp_path / 'bad' / 'builtin.log'}" in bad.stdout
+                                                                                      ["builtin-preflight", "FAILED"]]
+    assert f"log {tmp_path / 'bad' / 'builtin-preflight.log'}" in bad.stdout
+
+
+def test_gpu_smoke_preflights_pass_on_cpu(smoke, tmp_path, capsys):
+    """Each GPU path's own preflight (run first by gpu_smoke.sh) accepts its launch, checked here for one 80 GB
+    card; the verl path's data is what its verl-data step writes (stand-in files here)."""
+    from grpo_replay.cli import main
+
+    for name in ("builtin-preflight", "trl-preflight", "verl-preflight"):
+        argv = smoke[name]
+        i = argv.index("preflight")
+        launch = [a.replace(str(ROOT / "runs"), str(tmp_path)) for a in argv[i + 1:]]
+        for a in launch:
+            if a.startswith("DATA="):
+                Path(a[5:]).mkdir(parents=True, exist_ok=True)
+                for split in ("train", "test"):
+                    (Path(a[5:]) / f"{split}.parquet").write_bytes(b"")
+        code = main(["preflight", "--gpu-memory", "80", *launch])
+        assert code == 0, (name, capsys.readouterr())
 
 
 def test_gpu_smoke_takes_an_absolute_verl_venv(tmp_path):
@@ -323,6 +343,8 @@ import json, os, sys, pathlib, subprocess
 args = sys.argv[1:]
 if args and args[0] == "scripts/check_replay_share.py":
     sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
+if "preflight" in args:
+    sys.exit(0)
 out = pathlib.Path(args[args.index("--out" if "--out" in args else "--output_dir") + 1])
 out.mkdir(parents=True, exist_ok=True)
 shares = [float(x) for x in os.environ["FAKE_SHARES"].split()]
@@ -341,7 +363,8 @@ else:
         run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(out)], cwd=ROOT, capture_output=True, text=True,
                              timeout=120, env={**env, "FAKE_SHARES": shares})
         lines = [l.split()[:2] for l in run.stdout.splitlines()]
-        assert lines == [[path, "ok"], [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
+        assert lines == [[f"{path}-preflight", "ok"], [path, "ok"],
+                         [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
         assert run.returncode == rc, (shares, run)
         if rc:
             assert "check_replay_share" in (out / f"{path}-share.log").read_text()
