@@ -65,6 +65,9 @@ def _check_cli(argv: list[str], monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     if argv[0] == "compare":
         return main([*argv, "--dry-run"])  # plans every run: config, arms, backend checks, benchmark settings
+    if argv[0] == "preflight":  # computes and writes nothing (tests/preflight tests its reports); paths: the checkout's
+        monkeypatch.chdir(ROOT)
+        return main(argv)
     if argv[0] == "train":
         from grpo_replay.trainer import loop, train_config, trl_backend
 

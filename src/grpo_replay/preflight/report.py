@@ -34,6 +34,13 @@ class Report:
     def refuse(self, field_name: str, problem: str, fix: str) -> None:
         self.refusals.append(Refusal(field_name, problem, fix))
 
+    def fits(self, section: str, fits: list[str], field_name: str, problem: str, fix: str, tag: str = "") -> None:
+        """The cards a run fits ("fits: ..."), or a refusal when it fits none."""
+        if fits:
+            self.add(section, f"{tag}fits: {', '.join(fits)}")
+        else:
+            self.refuse(field_name, problem, fix)
+
     def refuse_error(self, error: Exception, label: str = "", field_name: str = "launch") -> None:
         """A refusal from a UsageError the launch's own code raised: the key its message names, the message up to
         its allowed values as the problem, those values as the fix."""

@@ -63,12 +63,9 @@ def check_memory(cfg: TrainConfig, host: Host, gpu_memory: Optional[int], report
         if total <= card:
             fits.append(name)
         last = (name, card, ph)
-    if not fits:
-        name, card, ph = last
-        report.refuse(f"memory{label}", memory.refusal(cfg, ph, f"a {name} card has {card / GIB:.1f} GiB"),
-                      "see the allowed changes above")
-    else:
-        report.add(section, tag + f"fits: {', '.join(fits)}")
+    name, card, ph = last
+    problem, _, fix = memory.refusal(cfg, ph, f"a {name} card has {card / GIB:.1f} GiB").partition("; allowed: ")
+    report.fits(section, fits, f"memory{label}", problem, fix, tag)
 
 
 def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:

@@ -175,12 +175,9 @@ def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_
                             f"{ph.update / GIB:.1f}) = {total / GIB:.1f} GiB")
         if total <= card:
             fits.append(name)
-    if fits:
-        report.add(section, f"fits: {', '.join(fits)}")
-    else:
-        report.refuse("per_device_train_batch_size", f"the update needs more than any target card holds "
-                      f"({micro} rows per forward)", "a smaller per_device_train_batch_size (more "
-                      "steps_per_generation), gradient_checkpointing, or a larger card")
+    report.fits(section, fits, "per_device_train_batch_size", f"the update needs more than any target card holds "
+                f"({micro} rows per forward)", "a smaller per_device_train_batch_size (more steps_per_generation), "
+                "gradient_checkpointing, or a larger card")
 
 
 def _check_output_dir(args, report: Report) -> None:

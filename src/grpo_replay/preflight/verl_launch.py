@@ -164,8 +164,7 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
     tokens = int(ov.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", 16384))
     ckpt = ov.get("actor_rollout_ref.model.enable_gradient_checkpointing", "false").lower() == "true"
     share = float(ov.get("actor_rollout_ref.rollout.gpu_memory_utilization", 0.5))
-    per_token = (shape.layers * 4 * shape.hidden + shape.activation_bytes("bf16") if ckpt
-                 else shape.layers * shape.activation_bytes("bf16"))
+    per_token = shape.kept_per_token("bf16", ckpt)
     sharded = 16 * shape.params // gpus
     fits = []
     for name, card in target_cards(host, gpu_memory).items():
@@ -175,11 +174,8 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
                             f" = {total / GIB:.1f} GiB ({source})")
         if total <= card:
             fits.append(name)
-    if fits:
-        report.add(section, f"fits: {', '.join(fits)}")
-    else:
-        report.refuse("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "the update's micro-batch does not fit",
-                      "fewer tokens per GPU, gradient checkpointing, or a lower rollout.gpu_memory_utilization")
+    report.fits(section, fits, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "the update's micro-batch does "
+                "not fit", "fewer tokens per GPU, gradient checkpointing, or a lower rollout.gpu_memory_utilization")
 
 
 def _check_seeds(ov: dict, get, report: Report) -> None:

@@ -74,6 +74,13 @@ class Shape:
         a, b, c = ACTIVATION_BYTES[precision]
         return a * self.hidden + b * self.intermediate + c * (self.heads * self.head_dim + self.kv_width)
 
+    def kept_per_token(self, precision: str, checkpointed: bool = False) -> int:
+        """Bytes one token keeps over all layers for the backward pass; with activation checkpointing each layer
+        keeps only its float32 input and one layer's activations are recomputed at a time."""
+        if checkpointed:
+            return self.layers * 4 * self.hidden + self.activation_bytes(precision)
+        return self.layers * self.activation_bytes(precision)
+
     def kv_bytes(self, rows: int, tokens: int, elem: int) -> int:
         return rows * self.layers * 2 * tokens * self.kv_width * elem
 
@@ -106,8 +113,7 @@ def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completi
     compute = 2 if precision == "bf16" else 4
     logits = min(micro_rows * completion, chunk_tokens(shape.vocab)) * shape.vocab * (compute + 4)
     P = shape.params
-    per_token = (shape.layers * 4 * shape.hidden + shape.activation_bytes(precision) if checkpointed
-                 else shape.layers * shape.activation_bytes(precision))
+    per_token = shape.kept_per_token(precision, checkpointed)
     return Phases(
         adamw=8 * P,
         vllm=vllm_bytes,

@@ -52,7 +52,8 @@ KEYS: dict[str, str] = {
     "backend": "selects this path",
     "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, the "
                  "built-in trainer's share); transformers is TRL's own generate",
-    "precision": "bf16 (TRL's bf16 autocast over float32 master weights): true for bf16, and for auto on a GPU",
+    "precision": "bf16 (TRL's bf16 autocast over float32 master weights): true for bf16, and for auto on a GPU; "
+                 "tf32 on a GPU unless fp32",
     "model": "the real-model path: the policy",
     "model_file": "the real-model path: the GGUF file",
     "data": "the real-model path: the training prompts",
@@ -154,8 +155,9 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     return dict(
         output_dir=str(cfg.run_dir),
         use_cpu=use_cpu(cfg),
-        # TRL's mixed precision: bf16 autocast over float32 master weights (TF32 matmuls with it)
+        # TRL's mixed precision: bf16 autocast over float32 master weights, with TF32 matmuls (a GPU only)
         bf16=cfg.precision == "bf16" or (cfg.precision == "auto" and not use_cpu(cfg)),
+        tf32=True if cfg.precision != "fp32" and not use_cpu(cfg) else None,
         # One generation of `rows` rows per optimizer step, trained micro rows at a time.
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=rows // micro,
