@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("math_verify")
 
-from trl_twin import EXAMPLES, ROOT, make_tokenizer, save_dataset, save_model  # noqa: E402
+from tiny_math_model import EXAMPLES, ROOT, make_tokenizer, save_dataset, save_model  # noqa: E402
 
 CHECK = ROOT / "scripts/check_replay_share.py"
 # The examples' batch mapping kept (steps_per_generation = gradient_accumulation_steps, the YAML's), scaled down.

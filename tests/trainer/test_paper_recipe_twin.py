@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import fake_vllm
 import gpu_commands as gc
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations"))
-from trl_twin import save_model  # noqa: E402
+from tiny_math_model import save_model
 
 SCALE = {"prompts_per_step": "4", "steps": "3", "max_new_tokens": "6", "eval_every": "3", "eval_problems": "4",
          "checkpoint_every": "3"}

@@ -1,4 +1,4 @@
-"""What the TRL example twins share: the examples' own scripts and YAMLs, run on CPU at toy shapes. A tiny Qwen2
+"""What the recipes' CPU twins share (the TRL examples' and the built-in recipe's): a tiny Qwen2
 whose vocabulary holds `\\boxed{1}` and `\\boxed{2}` as single tokens, so the examples' own math reward
 (`accuracy_reward`, math-verify) sees boxed answers from an untrained model and groups have reward variance; a local
 dataset folder with the MATH fields the examples read (`problem`, `solution`)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples/trl"
 ANSWERS = ("\\boxed{1}", "\\boxed{2}")
 CHARS = "abc0123"
