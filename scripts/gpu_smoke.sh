@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The first command to run on a GPU machine: every GPU path of the project for a few steps, one line per path.
+# The builtin, trl and verl paths first run `grpo-replay preflight` on their own launch (NAME-preflight line; a
+# refusal skips the path, before any GPU time), then the launch: each recipe's launcher at one GPU's size.
 #   testbed    the built-in trainer and the TRL backend on the testbed model in bf16, replay's invariants checked on
 #              every composed batch (scripts/smoke_check.py; the same checker runs on CPU in the test suite)
 #   builtin    the built-in trainer with vLLM generation (colocated engine, weight sync) on a hub model, 3 steps
 #   trl        the TRL example (ReplayGRPOTrainer, vLLM colocate) under accelerate on 2 GPUs (1 if only one), 2 steps
+#              (each then gets a NAME-share line: scripts/check_replay_share.py on its per-step metrics, since a
+#              run that replays nothing also exits 0)
 #   verl       examples/verl/run_paper_single_node.sh for 2 steps on every GPU, in the verl GPU environment
 # Environments: $PYTHON, else .venv-gpu/bin/python, else .venv/bin/python if it has vLLM and sees CUDA, else it makes
 # .venv-gpu (pip install -e '.[app,trl,vllm,tensorboard,dev]'); verl's is scripts/setup_verl_gpu.sh's .venv-verl-gpu,
@@ -24,6 +28,8 @@ LIMIT=${GPU_SMOKE_TIMEOUT:-3600}
 DRY=${GPU_SMOKE_DRY_RUN:-0}
 VENV=${GPU_SMOKE_VENV:-.venv-gpu}
 VERL_VENV=${VERL_GPU_VENV:-.venv-verl-gpu}
+case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac           # absolute or relative to the checkout
+case $VERL_VENV in /*) ;; *) VERL_VENV=$ROOT/$VERL_VENV ;; esac
 refuse() { echo "gpu_smoke: $*" >&2; exit 2; }
 
 for p in $PATHS; do
@@ -64,12 +70,19 @@ run_path() {
     printf '%-8s FAILED  %5ds  exit %d, log %s\n' "$name" $((SECONDS - t0)) $rc "$log"
     FAILED=1
   fi
+  return $rc
 }
 skip() { printf '%-8s skipped        %s\n' "$1" "$2"; }
+# check_share NAME RUN_DIR: the run's realised replay share against the paper preset's ratio 0.5 (a run that
+# replayed nothing exits 0 too); its own line, NAME-share, after the path's when that passed.
+check_share() {
+  local name=$1 run=$2
+  run_path "$name-share" "$OUT/$name-share.log" "$PY" scripts/check_replay_share.py "$run" --ratio 0.5
+}
 
 [ "$DRY" = 1 ] || mkdir -p "$OUT"
 export HF_HUB_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-if [ "$DRY" != 1 ] && [[ " $PATHS " =~ \ (testbed|builtin|trl)\  ]]; then
+if [ "$DRY" != 1 ] && [[ " $PATHS " =~ \ (testbed|builtin|trl|verl)\  ]]; then
   PY=$(find_python) || { echo "gpu_smoke: could not make $VENV" >&2; exit 3; }
 fi
 
@@ -79,18 +92,25 @@ for p in $PATHS; do
     run_path testbed "$OUT/testbed.log" env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" HF_HUB_OFFLINE=1 \
       "$PY" scripts/smoke_check.py --device cuda --dtype bfloat16 --steps 6 --out "$OUT/testbed" ;;
   builtin)
-    run_path builtin "$OUT/builtin.log" env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
-      "$PY" -m grpo_replay.cli train --model "$MODEL" --reward math --data word_sums --steps 3 --device cuda \
-      --out "$OUT/builtin" --no-progress --set generator=vllm --set prompts_per_step=4 --set group_size=4 \
-      --set max_new_tokens=64 --set micro_batch_size=4 --set eval_every=0 --set eval_problems=8 \
-      --set eval_samples=1 --set checkpoint_every=0 --set replay.warmup_steps=1 ;;
+    # The paper recipe's launcher at one GPU's size: evaluation through vLLM (eval_every), a checkpoint.
+    LAUNCH=(train --model "$MODEL" --reward math --data word_sums --steps 3 --device cuda --out "$OUT/builtin"
+      --no-progress --set generator=vllm --set prompts_per_step=4 --set group_size=4 --set max_new_tokens=64
+      --set micro_batch_size=4 --set eval_every=3 --set eval_problems=8 --set eval_samples=1
+      --set checkpoint_every=3 --set replay.warmup_steps=1)
+    run_path builtin-preflight "$OUT/builtin-preflight.log" "$PY" -m grpo_replay.cli preflight grpo-replay "${LAUNCH[@]}" \
+      && run_path builtin "$OUT/builtin.log" env CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
+        "$PY" -m grpo_replay.cli "${LAUNCH[@]}" \
+      && check_share builtin "$OUT/builtin" ;;
   trl)
     N=$(( NGPU >= 2 ? 2 : 1 ))
-    run_path trl "$OUT/trl.log" "$PY" -m accelerate.commands.launch --config_file examples/trl/accelerate_multi_gpu.yaml \
-      --num_processes "$N" examples/trl/train_qwen3_math_replay.py --config examples/trl/qwen3_0.6b_math_replay.yaml \
-      --model_name_or_path "$MODEL" --output_dir "$OUT/trl" --max_steps 2 --per_device_train_batch_size 8 \
-      --gradient_accumulation_steps 1 --steps_per_generation 1 --num_generations 4 --max_completion_length 128 \
-      --replay_warmup_steps 0 --report_to none --save_strategy no ;;
+    LAUNCH=(--config_file examples/trl/accelerate_multi_gpu.yaml --num_processes "$N"
+      examples/trl/train_qwen3_math_replay.py --config examples/trl/qwen3_0.6b_math_replay.yaml
+      --model_name_or_path "$MODEL" --output_dir "$OUT/trl" --max_steps 2 --per_device_train_batch_size 8
+      --gradient_accumulation_steps 1 --steps_per_generation 1 --num_generations 4 --max_completion_length 512
+      --replay_warmup_steps 0 --report_to none --save_strategy no)
+    run_path trl-preflight "$OUT/trl-preflight.log" "$PY" -m grpo_replay.cli preflight accelerate launch "${LAUNCH[@]}" \
+      && run_path trl "$OUT/trl.log" "$PY" -m accelerate.commands.launch "${LAUNCH[@]}" \
+      && check_share trl "$OUT/trl" ;;
   verl)
     if [ "$DRY" != 1 ] && [ ! -x "$VERL_VENV/bin/python" ]; then
       echo "gpu_smoke: making $VERL_VENV (scripts/setup_verl_gpu.sh; flash-attn compiles, which takes long)" >&2
@@ -126,11 +146,12 @@ for split, n in (("train", 64), ("test", 16)):
 
     rows.map(to_verl, with_indices=True, remove_columns=rows.column_names).to_parquet(str(out / f"{split}.parquet"))
 EOF
-    run_path verl "$OUT/verl.log" env PATH="$ROOT/$VERL_VENV/bin:$PATH" MODEL="$MODEL" DATA="$OUT/verl-data" \
-      PRESET=paper N_GPUS="$NGPU" PROMPTS=8 EXP=gpu-smoke \
-      bash examples/verl/run_paper_single_node.sh trainer.total_training_steps=2 data.max_response_length=256 \
-      replay.warmup_steps=0 trainer.save_freq=-1 trainer.test_freq=-1 trainer.val_before_train=false \
-      trainer.default_local_dir="$OUT/verl/checkpoints" ;;
+    LAUNCH=(MODEL="$MODEL" DATA="$OUT/verl-data" PRESET=paper SEED=0 N_GPUS="$NGPU" PROMPTS=8 EXP=gpu-smoke
+      CKPT_ROOT="$OUT/verl" bash examples/verl/run_paper_single_node.sh trainer.total_training_steps=2
+      data.max_response_length=256 replay.warmup_steps=0 trainer.save_freq=2 trainer.test_freq=2
+      trainer.val_before_train=false)
+    run_path verl-preflight "$OUT/verl-preflight.log" "$PY" -m grpo_replay.cli preflight "${LAUNCH[@]}" \
+      && run_path verl "$OUT/verl.log" env PATH="$VERL_VENV/bin:$PATH" "${LAUNCH[@]}" ;;
   esac
 done
 [ "$DRY" = 1 ] && exit 0

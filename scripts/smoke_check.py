@@ -6,8 +6,11 @@
 Checked on every composed batch (the call to `compose_batch` in each trainer is wrapped, nothing else is
 touched): no replay row of age 0 or older than tau_max, none with an empty completion mask, and the replay
 row count the composition promises (fresh_anchored: min(round(replay_ratio * n_fresh), rows stored) after
-warm-up, 0 before; pool: a fixed total with at most round(n * r / (1 + r)) replay rows). Per run: every
-logged loss finite, no skipped update, and replay rows seen at all (else the checks above were vacuous).
+warm-up, 0 before; pool: a fixed total with at most round(n * r / (1 + r)) replay rows). The TRL run trains in
+micro-batches (steps_per_generation > 1), so its composed rows are cut to TRL's split: the replay rows that reach
+the loss are counted per step and must be those the split keeps, and all the planned ones whenever the buffer
+could supply the draw (the share after trimming is the configured one). Per run: every logged loss finite, no
+skipped update, and replay rows seen at all (else the checks above were vacuous).
 Exit 0 if everything holds, 1 with the list of violations.
 
 The TRL run calls `train_testbed_with_trl` (trainer/trl_backend.py), the function behind `grpo-replay train --backend
@@ -16,6 +19,7 @@ trl`, so that it can pass `use_cpu` and `bf16` itself.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -62,6 +66,7 @@ class Recorder:
 
     def __init__(self, name: str):
         self.name, self.problems, self.batches, self.replay_rows = name, [], 0, 0
+        self.composed: dict[int, tuple[int, int, int]] = {}  # step -> (fresh rows, replay rows, planned replay rows)
 
     def wrap(self, compose: Callable) -> Callable:
         def checked(fresh, buffer, step, *args, **kw):
@@ -69,7 +74,11 @@ class Recorder:
             batch = res.batch
             self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config)]
             self.batches += 1
-            self.replay_rows += int(batch.is_replay.sum())
+            n_rep = int(batch.is_replay.sum())
+            self.replay_rows += n_rep
+            cfg = buffer.config
+            planned = round(cfg.replay_ratio * len(fresh)) if cfg.enabled and step >= cfg.warmup_steps else 0
+            self.composed[step] = (len(res.fresh_index), n_rep, planned)
             return res
 
         return checked
@@ -80,6 +89,25 @@ class Recorder:
             self.problems.append(f"{self.name}: {len(bad)} of {len(losses)} logged losses are missing or not finite")
         if not self.replay_rows:
             self.problems.append(f"{self.name}: no replay row in {self.batches} composed batches; nothing was checked")
+
+
+def check_trained(composed: dict[int, tuple[int, int, int]], trained: dict[int, int], unit: int) -> list[str]:
+    """Violations between the composed replay rows of each step and those that reached the loss under an engine
+    that cuts the composed rows to a multiple of `unit` by dropping replay rows."""
+    out, full = [], 0
+    for step, (n_fresh, n_rep, planned) in sorted(composed.items()):
+        keep = n_fresh + n_rep - (n_fresh + n_rep) % unit - n_fresh
+        got = trained.get(step, 0)
+        if got != keep:
+            out.append(f"step {step}: {got} replay rows reached the loss; {n_rep} composed, {keep} kept by the split")
+        if n_rep == planned > 0:
+            full += 1
+            if got != planned:
+                out.append(f"step {step}: {got} of {planned} planned replay rows trained after the split into "
+                           f"{unit} micro-batches: the share is not the configured one")
+    if not full:
+        out.append("no step drew its full replay count, so the share after the split was never checked")
+    return out
 
 
 def train_config(args: argparse.Namespace, out: Path):
@@ -133,15 +161,28 @@ def run_trl(args: argparse.Namespace) -> Recorder:
     from grpo_replay.trainer.trl_backend import train_testbed_run
 
     rec = Recorder("trl")
+    # Micro-batches of 8 fresh rows: TRL splits each step's 32 + 8 composed rows into 4 forwards of 10.
     cfg = train_config(args, args.out / "trl")
-    real_compose = trl_trainer.compose_batch
+    cfg = dataclasses.replace(cfg, micro_batch_size=8, replay=dataclasses.replace(cfg.replay, replay_ratio=0.25))
+    trained: dict[int, int] = {}
+    real_compose, real_loss = trl_trainer.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss
+
+    def counted_loss(self, model, inputs):  # the rows TRL's split hands to the loss, replay ones counted per step
+        flag = inputs.get(trl_trainer.REPLAY_FLAG_KEY)
+        step = int(self.state.global_step)
+        trained[step] = trained.get(step, 0) + (int(flag.sum()) if flag is not None else 0)
+        return real_loss(self, model, inputs)
+
     trl_trainer.compose_batch = rec.wrap(real_compose)
+    trl_trainer.ReplayGRPOTrainer._compute_loss = counted_loss
     try:
         res = train_testbed_run(
             cfg, cfg.run_dir, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16"
         )
     finally:
-        trl_trainer.compose_batch = real_compose
+        trl_trainer.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss = real_compose, real_loss
+    spg = res["trainer"].args.steps_per_generation
+    rec.problems += [f"trl: {p}" for p in check_trained(rec.composed, trained, spg)]
     rec.finish([h["loss"] for h in res["log_history"] if "loss" in h])
     return rec
 

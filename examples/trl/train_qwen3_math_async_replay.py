@@ -2,7 +2,7 @@
 GPU. Not runnable on CPU (docs/trl.md has the CPU variant: an in-process worker instead of the server).
 
     # GPU 0: the vLLM server the rollout worker generates with and the trainer streams weights into
-    CUDA_VISIBLE_DEVICES=0 VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen3-0.6B-Base --dtype bfloat16 \
+    CUDA_VISIBLE_DEVICES=0 VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen3-0.6B-Base --dtype float32 \
         --max-model-len 4096 --weight-transfer-config '{"backend":"nccl"}'
     # GPUs 1-7: the trainer
     CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 \
@@ -48,6 +48,7 @@ def main() -> None:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # output_dir/trainer_state.json: the per-step log (replay/share), also without checkpoints
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def main() -> None:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # output_dir/trainer_state.json: the per-step log (replay/share), also without checkpoints
 
 
 if __name__ == "__main__":

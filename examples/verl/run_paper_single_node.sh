@@ -16,6 +16,15 @@
 # plain `pip install "verl[vllm,fsdp]==0.9.1"` fails building flash-attn). Run with that env's python first on PATH:
 #   PATH=$PWD/.venv-verl-gpu/bin:$PATH bash examples/verl/run_paper_single_node.sh
 # Data: verl's examples/data_preprocess/math_dataset.py (verl repository) writes $DATA/{train,test}.parquet.
+#
+# Seeds: SEED sets every seed of the run: the prompt order (data.seed; verl's null is one fixed order), vLLM's
+# sampling (actor_rollout_ref.rollout.seed), the update's mini-batch shuffle (actor.data_loader_seed), the actor's
+# FSDP seed and the replay draw (replay.seed). The arms of one SEED share them (paired by seed), seeds differ.
+# Checkpoints: one folder per run, CKPT_ROOT/<trainer.experiment_name> (EXP, naming the model, preset, trainer, mode
+# and seed, unless an override names the experiment). verl's
+# trainer.resume_mode=auto resumes the latest global_step_* in that folder: a rerun of the same run continues it, a
+# new arm or seed starts fresh in a folder of its own. The entry point prints which before Ray starts, and refuses a
+# folder whose checkpoints another preset, seed or model wrote (grpo_replay/integrations/verl/run_folder.py).
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-4B-Base}
 DATA=${DATA:-$HOME/data/math}
@@ -25,7 +34,9 @@ NNODES=${NNODES:-1}
 PROMPTS=${PROMPTS:-128}           # prompts per step; rows per step = PROMPTS * 8
 TRAINER=${TRAINER:-v1}            # v1 | legacy
 MODE=${MODE:-sync}                # v1 only: sync | colocate_async | separate_async
-EXP=${EXP:-qwen3-4b-math-replay-$PRESET-$TRAINER}
+SEED=${SEED:-0}                   # every seed of the run (above)
+EXP=${EXP:-$(basename "$MODEL" | tr "[:upper:]" "[:lower:]")-math-replay-$PRESET-$TRAINER-$MODE-s$SEED}
+CKPT_ROOT=${CKPT_ROOT:-checkpoints/grpo-replay}   # verl's default parent (checkpoints/<project_name>)
 if [ "$TRAINER" = legacy ]; then
   TRAINER_ARGS=(trainer.use_v1=false)
 else
@@ -44,6 +55,11 @@ fi
 
 python -m grpo_replay.integrations.verl.main \
   replay="$PRESET" \
+  replay.seed="$SEED" \
+  data.seed="$SEED" \
+  actor_rollout_ref.rollout.seed="$SEED" \
+  actor_rollout_ref.actor.data_loader_seed="$SEED" \
+  actor_rollout_ref.actor.fsdp_config.seed="$SEED" \
   "${TRAINER_ARGS[@]}" \
   algorithm.adv_estimator=grpo \
   algorithm.use_kl_in_reward=false \
@@ -83,5 +99,6 @@ python -m grpo_replay.integrations.verl.main \
   trainer.logger='["console"]' \
   trainer.project_name=grpo-replay \
   trainer.experiment_name="$EXP" \
+  trainer.default_local_dir="$CKPT_ROOT/\${trainer.experiment_name}" \
   trainer.total_epochs=10 \
   "$@"

@@ -48,7 +48,7 @@ def test_the_layers_are_folders():
     assert {"buffer", "config", "loss", "rollout", "errors", "validation"} <= core_modules()
     # The layers above the core, each a folder; a new one is a decision about the architecture, so it is named here.
     assert app_packages() == {"app", "cli", "generation", "trainer", "eval", "experiments", "tasks", "plotting",
-                              "integrations"}
+                              "integrations", "preflight"}
 
 
 def test_no_core_module_imports_an_app_layer_or_a_heavy_library():
@@ -69,9 +69,10 @@ def test_no_core_module_imports_an_app_layer_or_a_heavy_library():
 # app is what every layer shares (config files, data and model loading, tracking); plotting draws plain data;
 # generation samples; integrations adapt TRL and verl to the core; eval grades and measures (generation, plots);
 # tasks are the verifiable tasks (eval's grading, generation's sampler); the trainer runs them (and the TRL
-# integration); experiments compare trained runs; the command line drives everything.
+# integration); experiments compare trained runs; the preflight resolves a launch of any of them before it runs;
+# the command line drives everything.
 LAYERS = (("app",), ("plotting", "generation", "integrations"), ("eval",), ("tasks",), ("trainer",), ("experiments",),
-          ("cli",))
+          ("preflight",), ("cli",))
 TIER = {layer: i for i, tier in enumerate(LAYERS) for layer in tier}
 
 

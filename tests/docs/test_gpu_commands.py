@@ -48,7 +48,8 @@ def test_the_collection_sees_every_kind_of_command(doc_records, smoke):
             ("pip", "install")} <= kinds, kinds
     verl = [r for r in doc_records if gc.strip_python_m(r["argv"], "grpo_replay.integrations.verl.main") is not None]
     assert len(verl) >= 6  # README, paper_table and verl.md's five variants
-    assert set(smoke) == {"testbed", "builtin", "trl", "verl-data", "verl"}
+    assert set(smoke) == {"testbed", "builtin-preflight", "builtin", "builtin-share", "trl-preflight", "trl",
+                          "trl-share", "verl-data", "verl-preflight", "verl"}
 
 
 # ------------------------------------------------------------------------------------------- grpo-replay CLI
@@ -64,6 +65,9 @@ def _check_cli(argv: list[str], monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     if argv[0] == "compare":
         return main([*argv, "--dry-run"])  # plans every run: config, arms, backend checks, benchmark settings
+    if argv[0] == "preflight":  # computes and writes nothing (tests/preflight tests its reports); paths: the checkout's
+        monkeypatch.chdir(ROOT)
+        return main(argv)
     if argv[0] == "train":
         from grpo_replay.trainer import loop, train_config, trl_backend
 
@@ -149,6 +153,8 @@ def launch_parser():
 
 
 def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
+    from grpo_replay import ReplayConfig
+
     launches = _launches(doc_records, TRL_SCRIPT)
     assert len(launches) == 2
     presets = []
@@ -158,6 +164,8 @@ def test_documented_trl_launches_parse_with_trl_and_accelerate(doc_records):
         assert training.use_vllm and training.vllm_mode == "colocate" and training.report_to == ["tensorboard"]
         assert training.bf16 and model.model_name_or_path == "Qwen/Qwen3-0.6B-Base"
         presets.append(training.replay_preset)
+        # Each arm runs its preset: no key of the YAML overrides it (a replay_ratio there made the GRPO arm replay).
+        assert training.to_replay_config() == ReplayConfig.from_preset(training.replay_preset), training.replay_preset
         # What the launch needs besides vLLM (absent on CPU) is installed with the extras its install line names.
         assert script.preflight(training) == ["use_vllm needs the `vllm` package: pip install -e '.[vllm]' in the "
                                               "grpo-replay checkout"]
@@ -172,7 +180,7 @@ def test_every_key_of_the_trl_yaml_is_a_config_field():
     fields = {*ReplayGRPOConfig.__dataclass_fields__, *ModelConfig.__dataclass_fields__,
               *_trl_script().ScriptArguments.__dataclass_fields__}
     keys = yaml.safe_load(TRL_YAML.read_text())
-    assert len(keys) > 40 and not set(keys) - fields, set(keys) - fields
+    assert len(keys) > 30 and not set(keys) - fields, set(keys) - fields
 
 
 def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
@@ -187,6 +195,8 @@ def test_every_key_of_the_async_trl_yaml_is_a_config_field(monkeypatch):
     fields = {*ReplayAsyncGRPOConfig.__dataclass_fields__, *mod.AsyncScriptArguments.__dataclass_fields__}
     keys = yaml.safe_load((TRL_SCRIPT.parent / "qwen3_0.6b_math_async_replay.yaml").read_text())
     assert len(keys) > 20 and not set(keys) - fields, set(keys) - fields
+    # `--replay_preset grpo` (the YAML's own comment) gives the GRPO arm: no replay_* key of the YAML overrides it.
+    assert not {k for k in keys if k.startswith("replay_")} - {"replay_preset"}
     assert keys["report_to"] == ["tensorboard"]
 
 
@@ -256,13 +266,111 @@ def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
     ok = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "ok")], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=60)
     lines = ok.stdout.splitlines()
-    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin", "ok"]], ok
+    assert ok.returncode == 0 and [l.split()[:2] for l in lines] == [["testbed", "ok"], ["builtin-preflight", "ok"],
+                                                                      ["builtin", "ok"], ["builtin-share", "ok"]], ok
     assert "grpo_replay.cli train" in (tmp_path / "ok" / "builtin.log").read_text()
     bad = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "bad")], cwd=ROOT, env={**env, "FAKE_RC": "1"},
                          capture_output=True, text=True, timeout=60)
+    # a refused preflight skips its path: nothing of it runs on the GPU
     assert bad.returncode == 3 and [l.split()[:2] for l in bad.stdout.splitlines()] == [["testbed", "FAILED"],
-                                                                                      ["builtin", "FAILED"]]
-    assert f"log {tmp_path / 'bad' / 'builtin.log'}" in bad.stdout
+                                                                                      ["builtin-preflight", "FAILED"]]
+    assert f"log {tmp_path / 'bad' / 'builtin-preflight.log'}" in bad.stdout
+
+
+def test_gpu_smoke_preflights_pass_on_cpu(smoke, tmp_path, capsys):
+    """Each GPU path's own preflight (run first by gpu_smoke.sh) accepts its launch, checked here for one 80 GB
+    card; the verl path's data is what its verl-data step writes (stand-in files here)."""
+    from grpo_replay.cli import main
+
+    for name in ("builtin-preflight", "trl-preflight", "verl-preflight"):
+        argv = smoke[name]
+        i = argv.index("preflight")
+        launch = [a.replace(str(ROOT / "runs"), str(tmp_path)) for a in argv[i + 1:]]
+        for a in launch:
+            if a.startswith("DATA="):
+                Path(a[5:]).mkdir(parents=True, exist_ok=True)
+                for split in ("train", "test"):
+                    (Path(a[5:]) / f"{split}.parquet").write_bytes(b"")
+        code = main(["preflight", "--gpu-memory", "80", *launch])
+        assert code == 0, (name, capsys.readouterr())
+
+
+def test_gpu_smoke_takes_an_absolute_verl_venv(tmp_path):
+    """The verl path puts VERL_GPU_VENV's bin first on PATH whether it is absolute or relative to the checkout."""
+    for venv, want in ((str(tmp_path / "verl-gpu"), str(tmp_path / "verl-gpu/bin")),
+                       (".venv-verl-gpu", str(ROOT / ".venv-verl-gpu/bin"))):
+        out = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "GPU_SMOKE_DRY_RUN": "1",
+                                                         "VERL_GPU_VENV": venv, "GPU_SMOKE_PATHS": "verl"})
+        verl = next(line.split("\t")[1:] for line in out.stdout.splitlines() if line.startswith("verl\t"))
+        path = next(a for a in verl if a.startswith("PATH="))
+        assert path.removeprefix("PATH=").split(":")[0] == want, path
+
+
+def test_setup_verl_gpu_builds_flash_attn_for_the_host_gpu_only(tmp_path):
+    """The flash-attn build gets the host's architecture (nvidia-smi's compute_cap 9.0 -> 90), not every one."""
+    venv, bin_dir = tmp_path / "venv", tmp_path / "bin"
+    (venv / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    rec = tmp_path / "pip.log"
+    py = venv / "bin/python"
+    py.write_text(f"#!/bin/sh\necho \"$FLASH_ATTN_CUDA_ARCHS|$TORCH_CUDA_ARCH_LIST|$*\" >> {rec}\n")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 9.0\necho 9.0\n")
+    for f in (py, smi):
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VERL_GPU_VENV": str(venv)}
+    for k in ("FLASH_ATTN_CUDA_ARCHS", "TORCH_CUDA_ARCH_LIST"):
+        env.pop(k, None)
+    out = subprocess.run(["bash", "scripts/setup_verl_gpu.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    (flash,) = [line for line in rec.read_text().splitlines() if "flash-attn==" in line]
+    assert flash.startswith("90|9.0|"), flash
+    assert "FLASH_ATTN_CUDA_ARCHS=90" in out.stderr
+
+
+@pytest.mark.parametrize("path", ["builtin", "trl"])
+def test_gpu_smoke_fails_a_run_that_replays_nothing(tmp_path, path):
+    """The builtin and trl paths pass on their realised replay share, not on the exit code: a stand-in run that
+    exits 0 having replayed nothing (or a third short of the ratio) fails its share line and the script (exit 3);
+    one that replayed ratio/(1+ratio) passes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    # The stand-in python writes the run's log as the engine would (metrics.jsonl / TRL's trainer_state.json) for
+    # the training command, and runs the real checker.
+    py = bin_dir / "fake-python"
+    py.write_text(f"""#!{sys.executable}
+import json, os, sys, pathlib, subprocess
+args = sys.argv[1:]
+if args and args[0] == "scripts/check_replay_share.py":
+    sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
+if "preflight" in args:
+    sys.exit(0)
+out = pathlib.Path(args[args.index("--out" if "--out" in args else "--output_dir") + 1])
+out.mkdir(parents=True, exist_ok=True)
+shares = [float(x) for x in os.environ["FAKE_SHARES"].split()]
+rows = [{{"step": i + 1, "replay/share": s, "replay/count": 8.0 * s / (1 - s)}} for i, s in enumerate(shares)]
+if "--out" in args:
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+else:
+    (out / "trainer_state.json").write_text(json.dumps({{"log_history": rows}}))
+""")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py), "GPU_SMOKE_PATHS": path}
+    env.pop("GPU_SMOKE_DRY_RUN", None)
+    for shares, rc in (("0 0 0", 3), ("0 0.2222 0.2222", 3), ("0 0.3333 0.3333", 0)):
+        out = tmp_path / f"out-{rc}-{shares.replace(' ', '_')}"
+        run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(out)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**env, "FAKE_SHARES": shares})
+        lines = [l.split()[:2] for l in run.stdout.splitlines()]
+        assert lines == [[f"{path}-preflight", "ok"], [path, "ok"],
+                         [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
+        assert run.returncode == rc, (shares, run)
+        if rc:
+            assert "check_replay_share" in (out / f"{path}-share.log").read_text()
 
 
 # ------------------------------------------------------------------------------------------- install lines

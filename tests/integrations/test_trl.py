@@ -198,18 +198,40 @@ def test_replay_disabled_matches_grpo_trainer(tmp_path):
 
 
 def test_steps_per_generation_and_reference_logps(tmp_path):
-    """steps_per_generation=2 with an odd replay count (trimmed to keep rows divisible), and beta != 0 so
-    that reference log-probs must be filled for replay rows."""
+    """steps_per_generation=2 with a replay count it divides (round(0.25 * 8) = 2 rows, one per micro-batch), and
+    beta != 0 so that reference log-probs must be filled for replay rows."""
     make_model(0).save_pretrained(tmp_path / "model")  # beta != 0: TRL loads the reference model by path
     trainer, before = _train(
-        tmp_path / "run", model=str(tmp_path / "model"), replay_preset="paper", replay_ratio=0.375,
+        tmp_path / "run", model=str(tmp_path / "model"), replay_preset="paper", replay_ratio=0.25,
         gradient_accumulation_steps=2, beta=0.04, max_steps=3,
     )
     hist = list(trainer.replay_history)
     assert all(h["fresh_rows"] == 8 for h in hist)
-    assert [h["replay_rows"] for h in hist] == [0, 2, 2]  # round(0.375 * 8) = 3 drawn, trimmed to 2
+    assert [h["replay_rows"] for h in hist] == [0, 2, 2]
     assert _logged(trainer, "kl")
     assert not torch.equal(before, _param_vector(trainer.model))
+
+
+@pytest.mark.parametrize("per_device,spg,ratio,realised", [(1, 8, 0.5, "0 replay rows would train (share 0.000 "
+                                                                     "instead of 0.333)"),
+                                                        (4, 2, 0.375, "2 replay rows would train (share 0.200 "
+                                                                      "instead of 0.273)"),
+                                                        (3, 2, 0.5, "2 replay rows would train (share 0.250 "
+                                                                    "instead of 0.333)")])
+def test_a_split_that_would_trim_planned_replay_rows_is_refused_at_construction(tmp_path, per_device, spg, ratio,
+                                                                              realised):
+    """TRL splits a process's composed rows into steps_per_generation micro-batches and drops the rows beyond a
+    multiple; the trainer trims replay rows to keep the multiple. Where the planned replay rows are not one (one
+    fresh row per micro-batch at ratio 0.5: 8 + 4 rows into 8 micro-batches keeps 0 replay rows, the paper arm
+    would train as GRPO), the trainer refuses at construction, naming the fields and settings that realise it."""
+    from grpo_replay.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        make_trainer(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=per_device,
+                     steps_per_generation=spg, gradient_accumulation_steps=spg, num_generations=2 if per_device < 4 else 4)
+    msg = str(e.value)
+    assert f"per_device_train_batch_size={per_device} x steps_per_generation={spg}" in msg
+    assert f"only {realised}" in msg and "allowed: per_device_train_batch_size=" in msg
 
 
 def test_resume_restores_buffer_and_draws(tmp_path):

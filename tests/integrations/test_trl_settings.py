@@ -32,6 +32,7 @@ TO_TRL = {
     "keep_checkpoints": (4, "save_total_limit", 4),
     "out_dir": ("elsewhere/x", "output_dir", "elsewhere/x"),
     "device": ("cpu", "use_cpu", True),
+    "precision": ("bf16", "bf16", True),  # auto: bf16 on a GPU only; this machine's default gives float32
     "progress": (False, "disable_tqdm", True),
     "report_to": ("tensorboard", "report_to", ["tensorboard"]),
     "loss.eps_low": (0.1, "epsilon", 0.1),
@@ -131,6 +132,7 @@ def test_replay_fields_reach_trl():
 
 @pytest.mark.parametrize("key,value", [
     *REFUSED.items(), ("loss.dual_clip_c", 1.2), ("loss.max_completion_length", 7), ("micro_batch_size", 3),
+    ("micro_batch_size", 1),  # 8 fresh + 4 replay rows split into 8 micro-batches: TRL would train no replay row
 ])
 def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_path, capsys):
     out = tmp_path / "run"
@@ -141,6 +143,22 @@ def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_pat
     err = capsys.readouterr().err
     assert f"TrainConfig.{key}=" in err and "allowed:" in err, err
     assert not out.exists()  # nothing written, nothing trained
+
+
+def test_the_paper_recipe_maps_to_a_split_that_realises_the_ratio():
+    """docs/paper_table.md's TRL line: 128 prompts x 8 at micro_batch_size=1 would split 1,024 fresh + 512 replay
+    rows into 1,024 micro-batches, keeping no replay row (the paper arm trained as GRPO): refused, naming the sizes
+    that realise it; at micro_batch_size=2 each of the 512 forwards holds 3 rows and the share is 1/3."""
+    from grpo_replay.errors import ConfigError
+
+    recipe = {"backend": "trl", "prompts_per_step": 128, "group_size": 8, "max_new_tokens": 4096}
+    with pytest.raises(ConfigError, match=r"TrainConfig.micro_batch_size=1 is invalid; allowed: one of 2, 4, 8, 16"):
+        trl_settings.check(resolve({**recipe, "micro_batch_size": 1}))
+    cfg = resolve({**recipe, "micro_batch_size": 2})
+    trl_settings.check(cfg)
+    share = trl_settings.trl_share(cfg)
+    assert (share.kept, share.replay, share.unit, share.rows // share.unit) == (1024, 512, 512, 3)
+    assert trl_settings.trl_kwargs(cfg)["steps_per_generation"] == 512
 
 
 def test_real_model_path_refuses_before_loading(tmp_path):

@@ -114,13 +114,16 @@ def test_a_step_too_large_for_memory_is_refused_with_the_estimate(train_args, tm
 def test_step_memory_estimate_counts_kv_cache_and_update_logits():
     from types import SimpleNamespace
 
-    from grpo_replay.trainer.memory import step_bytes
+    from grpo_replay.trainer.memory import Shape, phases
 
     cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
                           intermediate_size=256)
-    got = step_bytes(cfg, rows=10, update_rows=5, completion=8, elem=2)  # bf16: KV cache in 2 bytes, logits + fp32 copy
-    kept = 2 * 64 + 256  # per token and layer: the two norms' inputs and the MLP activation's input
-    assert got == {"generation": 10 * 2 * 2 * 8 * 32 * 2, "update": 5 * 8 * (100 * (2 + 4) + 2 * kept * 2)}
+    shape = Shape.of(cfg, params=1000)
+    got = phases(shape, rows=10, micro_rows=5, eval_rows=3, completion=8, precision="bf16", vllm_bytes=0, kv_elem=2)
+    kept = 26 * 64 + 8 * 256 + 10 * (64 + 32)  # per token and layer under bf16 autocast (q width 64, kv width 32)
+    assert got.generation == 10 * 2 * 2 * 8 * 32 * 2 and got.evaluation == 3 * 2 * 2 * 8 * 32 * 2
+    assert got.update == 4 * 1000 + 2 * 1000 + 5 * 8 * 100 * (2 + 4) + 5 * 8 * 2 * kept  # grads, bf16 copies, logits
+    assert got.need == 8 * 1000 + got.update
 
 
 def test_a_data_file_too_small_to_hold_eval_problems_out_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):

@@ -1,47 +1,86 @@
-"""The step-memory lower bound on the GPU recipe's shapes (docs/paper_table.md): Qwen3-4B in the built-in trainer
-is refused on an 80 GB card before vLLM starts; 0.6B at one row per micro-batch is accepted. Shapes are the models'
-config.json values; nothing is allocated."""
+"""The step-memory estimate on the GPU recipe's shapes (docs/paper_table.md), by phase: what the trainer refuses
+before vLLM starts, that the evaluation is counted where it runs, and that the per-token activation bytes are the
+ones autograd saves in Qwen3 layers. Shapes are the models' config.json values; nothing is allocated."""
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
-from grpo_replay.trainer.memory import step_bytes, step_need
+from grpo_replay.preflight.shapes import KNOWN, shape_from_config
+from grpo_replay.trainer.memory import ACTIVATION_BYTES, Shape, eval_chunk, run_phases
+from grpo_replay.trainer.train_config import resolve
 
-GB = 10**9
-QWEN3 = {  # hidden, intermediate, layers, heads, kv heads, parameters
-    "0.6B": (1024, 3072, 28, 16, 8, 0.6e9),
-    "4B": (2560, 9728, 36, 32, 8, 4.0e9),
-}
+GIB = 2**30
+CARD = {80: 81559 * 2**20, 141: 143771 * 2**20}  # nvidia-smi's memory.total of an H100 80GB and an H200
 
-
-def _need(size, micro, card_gb, completion=4096, rows=1024):
-    h, i, layers, heads, kv, n = QWEN3[size]
-    cfg = SimpleNamespace(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, num_attention_heads=heads,
-                          num_key_value_heads=kv, vocab_size=151936, hidden_act="silu")
-    parts = step_bytes(cfg, rows=rows, update_rows=micro, completion=completion, elem=4)
-    need = step_need(parts, param_bytes=int(4 * n), vllm_bytes=int(0.3 * card_gb * GB))
-    return need, card_gb * GB - 4 * n  # available once the float32 weights are loaded
+# docs/paper_table.md's recipe for the built-in trainer (and TRL's), as `compare` resolves it per run
+RECIPE = {"reward": "math", "data": "math_train.jsonl", "prompts_per_step": 128, "group_size": 8, "steps": 300,
+          "max_new_tokens": 4096, "micro_batch_size": 1, "generator": "vllm", "eval_every": 50, "eval_problems": 128,
+          "eval_samples": 4, "checkpoint_every": 25, "lr": 1e-6}
 
 
-@pytest.mark.parametrize("size,micro,card,fits", [("4B", 1, 80, False), ("0.6B", 1, 80, True), ("0.6B", 16, 80, False)])
+def recipe(size, **over):
+    cfg = resolve({**RECIPE, "model": f"Qwen/Qwen3-{size}-Base", **over})
+    return cfg, shape_from_config(KNOWN[cfg.model])
+
+
+def total(cfg, shape, card_gb):
+    return 4 * shape.params + run_phases(cfg, shape, "cuda", CARD[card_gb]).need
+
+
+@pytest.mark.parametrize("size,micro,card,fits", [
+    ("0.6B", 1, 80, True), ("1.7B", 1, 141, True), ("4B", 1, 80, False), ("0.6B", 16, 80, False),
+    ("0.6B", 4, 80, True), ("0.6B", 5, 80, False),
+])
 def test_recipe_shapes(size, micro, card, fits):
-    need, have = _need(size, micro, card)
-    assert (need <= have) is fits, (need / GB, have / GB)
+    cfg, shape = recipe(size, micro_batch_size=micro)
+    assert (total(cfg, shape, card) <= CARD[card]) is fits, total(cfg, shape, card) / GIB
 
 
-def test_vllm_share_replaces_the_kv_cache_term():
-    cfg = SimpleNamespace(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=4, vocab_size=100)
-    parts = step_bytes(cfg, rows=10_000, update_rows=1, completion=64)
-    assert parts["generation"] > parts["update"]
-    assert step_need(parts, 1000) == 1000 + parts["generation"]
-    assert step_need(parts, 1000, vllm_bytes=5000) == 5000 + 1000 + max(parts["update"], 2000)
+def test_the_kv_width_is_kv_heads_times_head_dim():
+    """Qwen3-0.6B: 8 KV heads of head_dim 128 (1,024 values per token and layer), not hidden / heads x kv heads
+    (512)."""
+    _, shape = recipe("0.6B")
+    assert shape.kv_width == 8 * 128
+    assert shape.kv_bytes(rows=3, tokens=5, elem=4) == 3 * 28 * 2 * 5 * 1024 * 4
 
 
-def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, tokens: int = 256) -> float:
-    """What a float32 Qwen3 decoder layer of these shapes keeps for the backward pass, per token: the bytes of the
-    tensors autograd saves (parameters excluded), two layers minus one. docs/paper_table.md's per-row figures come
-    from this count (0.6B, 1.7B and 4B shapes: 123, 197 and 299 kB)."""
+def test_the_evaluation_through_transformers_is_counted_and_sized_to_fit():
+    """The recipe's step-0 evaluation: 128 problems x 4 samples x 4,096 tokens of KV cache is about 224 GiB at 0.6B.
+    Where it runs through transformers (TRL's backend, or generator=transformers) the estimate counts it, and on a
+    GPU the problems per call are cut so that it stays within the largest other phase; under the built-in
+    trainer's vLLM it is inside vLLM's share."""
+    cfg, shape = recipe("0.6B")
+    whole = shape.kv_bytes(rows=128 * 4, tokens=4096, elem=4)
+    assert whole > 200 * GIB
+    assert run_phases(cfg, shape, "cuda", CARD[80]).evaluation == 0  # built-in + vLLM: in the engine's share
+    for variant in (dict(backend="trl", micro_batch_size=2), dict(generator="transformers")):
+        c = dataclasses.replace(cfg, **variant)
+        ph = run_phases(c, shape, "cuda", CARD[80])
+        chunk = eval_chunk(c, shape, "cuda", CARD[80])
+        assert ph.evaluation == shape.kv_bytes(rows=min(chunk, 128) * 4, tokens=4096, elem=4) > 0
+        assert ph.evaluation <= max(ph.generation, ph.scoring, ph.update)
+        if c.generator == "vllm":  # rollouts in vLLM: the evaluation alone would set the peak, so it is cut
+            assert 1 <= chunk < 128
+    # on a CPU the chunk stays the evaluation's fixed 256 problems and the whole batch is counted
+    c = dataclasses.replace(cfg, generator="transformers")
+    assert eval_chunk(c, shape, "cpu") == 256
+    assert run_phases(c, shape, "cpu").evaluation == whole
+
+
+def test_trl_micro_batches_hold_the_replay_rows_too():
+    """TRL splits the composed rows (fresh + replay) into steps_per_generation forwards: with ratio 0.5 each holds
+    1.5 x micro_batch_size rows, and the estimate's update phase is that of 3 rows at micro_batch_size=2."""
+    cfg, shape = recipe("0.6B", micro_batch_size=2)
+    trl = run_phases(dataclasses.replace(cfg, backend="trl"), shape, "cuda", CARD[80])
+    three = run_phases(dataclasses.replace(cfg, micro_batch_size=3), shape, "cuda", CARD[80])
+    assert trl.update == three.update
+
+
+def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, autocast: bool) -> float:
+    """What a Qwen3 decoder layer of these shapes keeps for the backward pass per token: the bytes of the tensors
+    autograd saves (parameters excluded), one layer's difference, between 128 and 256 tokens (so the bf16 copies of
+    the weights autocast makes, which do not grow with the tokens, cancel out)."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -49,10 +88,10 @@ def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, tokens:
     cfg = Qwen3Config(vocab_size=128, hidden_size=h, intermediate_size=i, num_hidden_layers=2, num_attention_heads=heads,
                       num_key_value_heads=kv, head_dim=128)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa")
-    ids = torch.randint(0, 128, (1, tokens))
+    layers = model.model.layers
 
-    def saved(layers: int) -> int:
-        model.model.layers = model.model.layers[:layers]
+    def saved(n_layers: int, tokens: int) -> int:
+        model.model.layers = layers[:n_layers]
         params = {p.data_ptr() for p in model.parameters()}
         seen: dict[int, int] = {}
 
@@ -61,20 +100,54 @@ def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, tokens:
                 seen[t.data_ptr()] = t.numel() * t.element_size()
             return t
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ids = torch.randint(0, 128, (1, tokens))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             model.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
         return sum(seen.values())
 
-    return (saved(2) - saved(1)) / tokens
+    per_layer = [saved(2, t) - saved(1, t) for t in (128, 256)]
+    return (per_layer[1] - per_layer[0]) / 128
 
 
-def test_the_activation_term_is_below_what_a_qwen3_layer_keeps():
-    """The bound's per-token, per-layer activation bytes (gated MLP: 4 x hidden + 3 x intermediate, float32) are at
-    most what autograd saves for a Qwen3-0.6B-shaped layer: the bound stays a bound."""
-    h, i, layers, heads, kv, _ = QWEN3["0.6B"]
-    cfg = SimpleNamespace(hidden_size=h, intermediate_size=i, num_hidden_layers=1, num_attention_heads=heads,
-                          num_key_value_heads=kv, vocab_size=1, hidden_act="silu")
-    bound = step_bytes(cfg, rows=1, update_rows=1, completion=1, elem=4)["update"] - 1 * (4 + 4)  # minus the logits
-    measured = saved_bytes_per_token_and_layer(h, i, heads, kv)
-    assert bound <= measured, (bound, measured)
-    assert measured < 3 * bound  # and not a vacuous one
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_the_activation_bytes_are_what_a_qwen3_layer_keeps(precision):
+    """The estimate's per-token, per-layer bytes (26 h + 8 i + 10 (q + kv) under bf16 autocast, 24 / 16 / 16 in
+    float32) match what autograd saves in a Qwen3-0.6B-shaped layer within 2 %."""
+    cfg = KNOWN["Qwen/Qwen3-0.6B-Base"]
+    shape = shape_from_config(cfg)
+    measured = saved_bytes_per_token_and_layer(cfg["hidden_size"], cfg["intermediate_size"],
+                                               cfg["num_attention_heads"], cfg["num_key_value_heads"],
+                                               autocast=precision == "bf16")
+    assert abs(shape.activation_bytes(precision) - measured) <= 0.02 * measured, (shape.activation_bytes(precision), measured)
+
+
+def test_shape_reads_head_dim_from_a_config_and_falls_back_to_hidden_over_heads():
+    c = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=128, vocab_size=100)
+    assert Shape.of(c, 10).head_dim == 16
+    assert Shape.of(SimpleNamespace(**vars(c), head_dim=32), 10).kv_width == 64
+    assert set(ACTIVATION_BYTES) == {"bf16", "fp32"}
+
+
+def test_the_docs_table_of_what_fits_where_is_this_estimate():
+    """docs/paper_table.md's memory table, every cell, from the estimate the trainer checks (so the docs and the
+    check cannot disagree, e.g. on Qwen3-4B on a 141 GB card)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "paper_table.md").read_text()
+    section = doc.split("**What fits where")[1].split("### verl")[0]
+    rows = {m.group(1): [float(x) for x in re.findall(r"\d+(?:\.\d+)?", m.group(2))]
+            for m in re.finditer(r"^\| (Qwen3-[\d.]+B)-Base \|(.*)\|$", section, re.M)}
+    assert set(rows) == {"Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B"}
+    for name, printed in rows.items():
+        size = name.split("-")[1]
+        cfg, shape = recipe(size)
+        one = run_phases(cfg, shape, "cuda", CARD[80])
+        two = run_phases(dataclasses.replace(cfg, micro_batch_size=2), shape, "cuda", CARD[80])
+        fit = [max([m for m in range(1, 33) if total(recipe(size, micro_batch_size=m)[0], shape, c) <= CARD[c]] or [0])
+               for c in (80, 141)]
+        want = [16 * shape.params / GIB, (two.update - one.update) / GIB, 0.3 * CARD[80] / GIB, 0.3 * CARD[141] / GIB,
+                total(cfg, shape, 80) / GIB, total(cfg, shape, 141) / GIB]
+        assert printed == [round(w, 1) for w in want] + fit, (name, printed, want, fit)

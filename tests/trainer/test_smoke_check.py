@@ -39,6 +39,19 @@ def test_the_checker_finds_each_violation():
     assert any("at most" in p for p in check(ok, 8, 5, 100, pool))  # a pool must keep the fresh total
 
 
+def test_the_checker_finds_replay_rows_lost_to_the_split():
+    """TRL's split into micro-batches: 8 fresh + 4 replay rows into 8 forwards keeps 0 replay rows; the checker
+    names the step whose planned rows did not all train, and a split that keeps them passes."""
+    check = _checker().check_trained
+    assert check({2: (8, 4, 4)}, {2: 4}, unit=4) == []
+    lost = check({2: (8, 4, 4)}, {2: 0}, unit=8)
+    assert lost == ["step 2: 0 of 4 planned replay rows trained after the split into 8 micro-batches: the share is "
+                    "not the configured one"]
+    assert any("reached the loss" in p for p in check({2: (8, 4, 4)}, {2: 0}, unit=4))  # rows lost elsewhere
+    assert check({1: (8, 2, 4)}, {1: 2}, unit=2) == [
+        "no step drew its full replay count, so the share after the split was never checked"]
+
+
 def _fresh_process_env() -> dict:
     """This process's environment without the distributed launch variables: an in-process TRL or accelerate test
     may have left RANK / WORLD_SIZE / MASTER_PORT set (and a store listening on that port), and the script, like a

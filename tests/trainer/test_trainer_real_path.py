@@ -75,13 +75,29 @@ def test_kl_to_a_frozen_reference_of_the_initial_policy(tiny_overrides, tmp_path
 
 
 class _FakeLLM:
-    """vllm.LLM at its boundary: holds the weights pushed through load_weights (None = the checkpoint on disk it
-    was built from) and records, at every generate, whether they equal the live policy's."""
+    """vllm.LLM at its boundary: an engine built from the checkpoint folder `model`, holding that checkpoint's
+    parameters by name, shape and its own dtype (vLLM's dtype="auto": the checkpoint's). `load_weights` takes what
+    vLLM's model loader takes: a name the checkpoint has (vLLM looks each up in its parameter dict: an unknown one is
+    a KeyError), the same shape, a floating tensor, copied into the engine's dtype. Every generate records whether the
+    engine holds every parameter, equal to the live policy's in the engine's dtype."""
 
     live = None  # (model, tokenizer) of the run, captured from build_policy
     in_sync: list = []
 
     def __init__(self, model, seed=0, **kw):
+        import json
+        import os
+
+        from safetensors import safe_open
+
+        with safe_open(os.path.join(model, "model.safetensors"), "pt") as f:
+            self.shapes = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+            dtypes = {f.get_slice(n).get_dtype() for n in f.keys()}
+        declared = json.load(open(os.path.join(model, "config.json"))).get("torch_dtype")
+        want = kw.get("dtype", "auto")
+        self.dtype = getattr(torch, declared if want == "auto" and declared else
+                             {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtypes.pop()] if want == "auto"
+                             else want)
         self.held = None
         self.rng = random.Random(seed)
         runner = types.SimpleNamespace(model=types.SimpleNamespace(load_weights=self._load))
@@ -90,8 +106,14 @@ class _FakeLLM:
         )
 
     def _load(self, weights):
-        self.held = dict(self.held or {})
-        self.held.update({n: t.detach().clone() for n, t in weights})
+        held = dict(self.held or {})
+        for n, t in weights:
+            if n not in self.shapes:
+                raise KeyError(f"{n!r}: the engine's model has no such parameter (vLLM's params_dict[name])")
+            if tuple(t.shape) != self.shapes[n] or not t.is_floating_point():
+                raise ValueError(f"{n}: {tuple(t.shape)} {t.dtype} pushed into {self.shapes[n]} {self.dtype}")
+            held[n] = t.detach().to(self.dtype).clone()
+        self.held = held
 
     def reset_prefix_cache(self):
         pass
@@ -100,7 +122,8 @@ class _FakeLLM:
         model, tok = _FakeLLM.live
         params_now = dict(model.named_parameters())
         _FakeLLM.in_sync.append(
-            self.held is not None and all(torch.equal(self.held[n], p.detach()) for n, p in params_now.items())
+            self.held is not None and set(self.held) == set(self.shapes)
+            and all(torch.equal(self.held[n], p.detach().to(self.dtype)) for n, p in params_now.items())
         )
         outs = []
         for _ in prompts:
@@ -127,6 +150,9 @@ def test_vllm_engine_gets_the_restored_weights_before_the_first_step_after_resum
     monkeypatch.setattr(loop, "build_policy", capturing)
     out = tmp_path / "run"
     kw = dict(generator="vllm", checkpoint_every=2, eval_every=0)
+    # The engine is built from the policy's checkpoint folder: the testbed's is its warm-start cache, written by
+    # the first build (a warm start made in this process has no folder yet).
+    real_build(_cfg(tiny_overrides, tmp_path / "warm", **kw), "cpu")
     loop.train(_cfg(tiny_overrides, out, steps=2, **kw))
     _FakeLLM.in_sync = []
     loop.train(_cfg(tiny_overrides, out, steps=3, **kw))

@@ -28,6 +28,13 @@ def extract_boxed(text: str) -> Optional[str]:
     return None
 
 
+def all_boxed(text: str) -> list[str]:
+    """Contents of every well-formed ``\\boxed{...}`` (or ``\\fbox``, ``\\boxed 5``) in ``text``, in order."""
+    starts = sorted((i, cmd) for cmd in _BOX_COMMANDS for i in _find_all(text or "", cmd))
+    found = (_box_content(text, start + len(cmd)) for start, cmd in starts)
+    return [c.strip() for c in found if c is not None]
+
+
 def _find_all(text: str, needle: str) -> Iterable[int]:
     i = text.find(needle)
     while i != -1:

@@ -1,4 +1,4 @@
-"""`grpo-replay` command line: train | eval | compare | plot.
+"""`grpo-replay` command line: train | eval | compare | plot | preflight.
 
 Each command is a module of this package with `add_arguments(parser)` and `run(args) -> int`; `main` maps the
 exception tree of `grpo_replay.errors` to exit codes for all of them."""
@@ -17,6 +17,8 @@ COMMANDS = {
     "eval": ("grpo_replay.cli.evaluate", "Evaluate a model on math benchmarks (mean@n, pass@k, AES, lengths)."),
     "compare": ("grpo_replay.cli.compare", "Run the paper's comparisons and ablations over seeds."),
     "plot": ("grpo_replay.cli.plot", "Plot run directories on shared axes with a table of final metrics."),
+    "preflight": ("grpo_replay.cli.preflight", "Resolve a launch and print what it will do before any GPU time; "
+                  "exit 2 naming the field and the fix when it would fail or change the method."),
 }
 
 # What the `app` extra installs, by import name: every command needs it, the core (`import grpo_replay`) does not.

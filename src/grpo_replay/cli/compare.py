@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any, NamedTuple
 import shlex
 import sys
 from pathlib import Path
@@ -114,11 +115,24 @@ _KEYED_FLAGS = (("--report-to", "report_to", "report_to"), ("--testbed", "testbe
                 ("--data", "data", "data"), ("--reward", "reward", "reward"))
 
 
-def run(args: argparse.Namespace) -> int:
-    if getattr(args, "size_series", False):
-        from ..experiments import size_series
+class Plan(NamedTuple):
+    """What a `compare` command line runs, resolved (`planned`)."""
 
-        return size_series.run(args, run, command_line(args))
+    specs: list  # one RunSpec per (arm, seed)
+    arms: dict
+    setting: Any
+    comparisons: tuple
+    bench: Any  # BenchSettings of the benchmark stage (real-model mode), else None
+    seeds: list
+    jobs: int
+    out: Path
+    report_dir: Path
+    extra: dict  # the --set overrides every run takes
+
+
+def planned(args: argparse.Namespace) -> Plan:
+    """What the command would run, resolved as `run` resolves it; UsageError for a flag or --set it cannot
+    apply."""
     setting = SETTINGS["quick" if args.quick else "full"]
     testbed = getattr(args, "testbed", None) or "default"
     if testbed != "default" and getattr(args, "model", None) is not None:
@@ -135,6 +149,15 @@ def run(args: argparse.Namespace) -> int:
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
     seeds, jobs = _seeds_and_jobs(args, setting)
     specs, arms, extra = _plan(args, setting, testbed, comparisons, seeds, out)
+    return Plan(specs, arms, setting, comparisons, bench, seeds, jobs, out, report_dir, extra)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "size_series", False):
+        from ..experiments import size_series
+
+        return size_series.run(args, run, command_line(args))
+    specs, arms, setting, comparisons, bench, seeds, jobs, out, report_dir, extra = planned(args)
 
     if args.dry_run:
         for s in specs:

@@ -69,8 +69,9 @@ def _with_run_dir_of_config(overrides: dict, config: str | None) -> dict:
     return {**overrides, "out_dir": run_dir}
 
 
-def config_from_args(args: argparse.Namespace):
-    """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet)."""
+def config_from_args(args: argparse.Namespace, machine: bool = True):
+    """The validated TrainConfig of the command line; any problem with it is a ConfigError (no compute yet).
+    `machine`: also refuse what this machine cannot run (False: the preflight of a launch meant for another)."""
     from ..trainer.train_config import check_machine, resolve
 
     try:
@@ -80,7 +81,8 @@ def config_from_args(args: argparse.Namespace):
     except (ValueError, TypeError, RecursionError) as e:
         # e.g. a YAML value the YAML parser itself rejects (`seed: 2001-13-45`) or nests too deeply
         raise ConfigError(f"cannot parse the configuration: {type(e).__name__}: {e}") from None
-    check_machine(cfg)
+    if machine:
+        check_machine(cfg)
     try:
         cfg.run_dir
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:

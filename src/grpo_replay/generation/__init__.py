@@ -2,9 +2,11 @@
 evaluation harness and the testbed.
 
 A backend is a `Generator`:
-- `sample(prompts, group_size, max_new_tokens, temperature) -> Generation`: G completions per prompt as token
-  tensors in the replay buffer's narrow form, drawn from the exact sampling distribution (no top-k, no top-p), so
-  the behaviour log-probs the trainer computes are those of the distribution that drew them;
+- `sample(prompts, group_size, max_new_tokens, temperature, seed=None) -> Generation`: G completions per prompt as
+  token tensors in the replay buffer's narrow form, drawn from the exact sampling distribution (no top-k, no
+  top-p), so the behaviour log-probs the trainer computes are those of the distribution that drew them;
+  temperature 0 decodes greedily; `seed` gives the call a seed of its own (transformers: torch's generator,
+  seeded under a fork);
 - `generate(prompts, params, seed) -> list[list[Completion]]`: `params.n` completions per prompt as text with
   their token counts, with the evaluation's settings (temperature, top-p) under its own seed;
 - `sync()`: make the engine sample from the policy's current weights (a no-op for a backend that reads the live
@@ -72,7 +74,8 @@ class Completion:
 class Generator(Protocol):
     """A sampling backend (see the module docstring)."""
 
-    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
+    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float,
+               seed: int | None = None) -> Generation:
         ...
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Completion]]:

@@ -157,8 +157,16 @@ class TransformersGenerator:
     def __init__(self, model, tokenizer, add_special_tokens: bool = True):
         self.model, self.tokenizer, self.add_special_tokens = model, tokenizer, add_special_tokens
 
-    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
-        return sample_groups(self.model, self.tokenizer, prompts, group_size, max_new_tokens, temperature)
+    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float,
+               seed: int | None = None) -> Generation:
+        if seed is None:
+            return sample_groups(self.model, self.tokenizer, prompts, group_size, max_new_tokens, temperature,
+                                 greedy=temperature == 0)
+        device = next(self.model.parameters()).device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            return sample_groups(self.model, self.tokenizer, prompts, group_size, max_new_tokens, temperature,
+                                 greedy=temperature == 0)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Completion]]:
         return generate_completions(self.model, self.tokenizer, prompts, params, seed, self.add_special_tokens)

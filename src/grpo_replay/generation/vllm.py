@@ -51,12 +51,16 @@ class VLLMGenerator:
                    gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                    distributed_executor_backend="external_launcher", seed=seed, logprobs_mode="processed_logprobs")
 
-    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float) -> Generation:
+    def sample(self, prompts: Sequence[str], group_size: int, max_new_tokens: int, temperature: float,
+               seed: int | None = None) -> Generation:
+        """`seed`: this call's own (the evaluation's), leaving the training calls' seed sequence where it was."""
         from vllm import SamplingParams as VSamplingParams
 
-        self._calls += 1
+        if seed is None:
+            self._calls += 1
+            seed = self.seed + self._calls
         params = VSamplingParams(n=group_size, temperature=temperature, top_k=-1, top_p=1.0, max_tokens=max_new_tokens,
-                                 seed=self.seed + self._calls)
+                                 seed=seed)
         outs = self.llm.generate(list(prompts), params, use_tqdm=False)
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         comps = [list(c.token_ids) for o in outs for c in o.outputs]

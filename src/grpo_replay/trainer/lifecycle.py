@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .evaluation import evaluate
+from .memory import EVAL_CHUNK
 from .train_config import TrainConfig
 
 HELDOUT_SEED = 12345  # the held-out problems: one fixed set, whatever cfg.seed, so every arm and seed is scored on it
@@ -31,14 +32,17 @@ class HeldOut:
     """A run's held-out evaluation: the same problems, sampling settings and seed at every evaluation, so an
     evaluation never changes the training run and every arm and seed is scored alike."""
 
-    def __init__(self, cfg: TrainConfig, tokenizer, task):
+    def __init__(self, cfg: TrainConfig, tokenizer, task, generator=None, chunk: int = EVAL_CHUNK):
+        """`generator`: the run's vLLM engine, which then samples the evaluation too (None: transformers' generate
+        on the model, `chunk` problems per call; `memory.eval_chunk` sizes it on a GPU)."""
         self.tokenizer, self.task = tokenizer, task
         self.problems = task.heldout(cfg.eval_problems, seed=HELDOUT_SEED)
         self.kw = dict(n_samples=cfg.eval_samples, max_new_tokens=cfg.completion_budget(), temperature=cfg.temperature,
-                       seed=cfg.seed + EVAL_SEED_OFFSET)
+                       seed=cfg.seed + EVAL_SEED_OFFSET, chunk=chunk)
+        self.generator = generator
 
     def __call__(self, model) -> dict[str, Any]:
-        return evaluate(model, self.tokenizer, self.task, self.problems, **self.kw)
+        return evaluate(model, self.tokenizer, self.task, self.problems, generator=self.generator, **self.kw)
 
 
 def summary(cfg: TrainConfig, *, generated: int, start: dict, end: dict, setup: dict, **extra: Any) -> dict[str, Any]:

@@ -59,9 +59,9 @@ from .logprobs import token_logps
 from .lr_schedule import warmup_factor
 from ..metric_names import BUFFER_SKIPPED_NONFINITE as NONFINITE_KEY
 from ..rollout import without_nonfinite_logps
-from .update import epoch_metrics
+from .update import epoch_metrics, forward_precision
 from .update import update as _update  # the name tests patch
-from .memory import check_step_memory
+from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
 from .rewards import RewardScorer, SafeRewardTask
 from .rundir import RunDir
 from .train_config import TrainConfig
@@ -142,6 +142,8 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     if cfg.torch_threads or cfg.reward == "testbed":
         torch.set_num_threads(cfg.torch_threads or 1)
     device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # float32 matmuls on TF32
     model, tokenizer, task, setup_info = build_policy(cfg, device)
     check_step_memory(cfg, model, cfg.completion_budget(), device)  # before the first large allocation
     # loss.beta > 0: the KL reference is a frozen copy of the initial policy, taken before a checkpoint
@@ -157,7 +159,9 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
-    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards: the same timeout
+    # Evaluation through transformers: as many problems at a time as fit beside the step (memory.eval_chunk).
+    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer),  # evaluation rewards: the same timeout
+                       chunk=eval_chunk(cfg, model_shape(model), device.type, card_bytes(device)))
     drift = None
     if cfg.drift_probe:
         # Sampled from the initial policy (build_policy is deterministic; the checkpoint stores it all the same).
@@ -169,6 +173,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
         from ..generation.vllm import VLLMGenerator
 
         generator = VLLMGenerator.colocated(model, tokenizer, max_model_len=VLLM_PROMPT_ROOM + max_new, seed=cfg.seed)
+        held_out.generator = generator  # the evaluation samples as the rollouts do, its KV cache in vLLM's share
     else:
         generator = TransformersGenerator(model, tokenizer)
     return Run(
@@ -360,7 +365,9 @@ def _no_grad_logps(model, batch: RolloutBatch, cfg: TrainConfig) -> torch.Tensor
     parts = []
     for i in range(0, B, mb):
         p = batch.select(torch.arange(i, min(i + mb, B)))
-        parts.append(token_logps(model, p.prompt_ids, p.prompt_mask, p.completion_ids, p.completion_mask, cfg.temperature).cpu())
+        with forward_precision(model, cfg):
+            parts.append(token_logps(model, p.prompt_ids, p.prompt_mask, p.completion_ids, p.completion_mask,
+                                     cfg.temperature).float().cpu())
     return torch.cat(parts)
 
 

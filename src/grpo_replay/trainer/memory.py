@@ -1,33 +1,133 @@
-"""A lower bound on one step's memory, checked before the first step: settings that cannot fit are refused with
-the estimate instead of growing until the kernel kills the process (group_size=100000 on the testbed reached
-24 GB before it was killed) or the GPU runs out at the first update, after vLLM has started and generated.
+"""One step's GPU memory by phase, estimated before the first step: settings that cannot fit are refused with the
+estimate instead of growing until the kernel kills the process (group_size=100000 on the testbed reached 24 GB
+before it was killed) or the GPU runs out at the step-0 evaluation or the first update, after vLLM has started.
+`grpo-replay preflight` prints the same phases for a launch on a machine without the GPU.
 
-The bound counts only the largest tensors a step must hold at once beside the loaded weights, with the completion
-budget as the only sequence length (prompts make it larger still):
-  - generation: the KV cache of every generated row, rows x layers x 2 x C x kv_width values of the model's dtype
-    (with generator=vllm the cache lives in vLLM's share instead);
-  - the update: the logits of one forward pass (a micro-batch, or without micro_batch_size one segment of the
-    composed batch: the fresh rows, then the replay rows), rows x C x vocabulary values in the model's dtype and
-    again as float32, at most one chunk of `logprobs.token_logps` (which scores large batches a chunk of tokens at
-    a time), plus what every layer keeps per token for the backward pass: at least its two norms' inputs and
-    outputs (4 x hidden) and, in a gated (SiLU) MLP, the gate, up and activated values (3 x intermediate), or in a
-    plain MLP the activation's input (2 x hidden + intermediate). Measured on Qwen3's shapes (the saved tensors of
-    a float32 decoder layer) it is 24-30 x hidden, about twice this bound;
-  - the optimizer: AdamW's two moments, 2 x the parameters' bytes, allocated at the first update;
-  - always: the gradients (the parameters' bytes) and, with generator=vllm, vLLM's share of the GPU
-    (`VLLMGenerator.colocated`'s gpu_memory_utilization x the device's total memory).
-The step needs vLLM's share + the gradients + the largest of generation, update and optimizer. It is a bound from
-below, so a refused setting cannot fit; an accepted one may still be too large.
+Resident for the whole run, beside the loaded float32 weights (P parameters): AdamW's two moments (8P bytes, from
+the first update on) and, with generator=vllm, vLLM's share of the card (`VLLMGenerator.colocated`'s
+gpu_memory_utilization x the device's total memory; its KV cache, the training rollouts' and the evaluation's, lives
+inside it). Then the largest of the phases, each at its peak:
+  - generation (transformers backend only): the KV cache of every row generated at once, rows x layers x 2 x C x
+    kv_width values of the model's dtype, kv_width = num_key_value_heads x head_dim (Qwen3: head_dim 128, wider
+    than hidden / heads);
+  - evaluation (through transformers: the built-in trainer's generator=transformers, and `--backend trl`): the same
+    for the held-out problems generated at once x eval_samples; on a GPU the problems per call are as many as keep
+    it within the largest other phase (`eval_chunk`);
+  - scoring: a no-grad log-prob pass, one chunk of `logprobs.token_logps`' logits (in the compute dtype and as
+    float32);
+  - update: the gradients (4P), under bf16 autocast the weights' bf16 copies (2P), one logits chunk, and what every
+    layer keeps per token of a micro-batch for the backward pass.
+C is the completion budget; an update row counts C + PROMPT_ROOM tokens with the math reward (an allowance for the
+prompt, which the estimate cannot see before the data is tokenized; the testbed's prompts are a few tokens). The activation bytes per token and layer are fitted to
+what autograd saves in Qwen3 decoder layers of the 0.6B, 1.7B and 4B shapes (counted on CPU with saved-tensor
+hooks, `tests/trainer/test_memory_bound.py` recounts them): 26 x hidden + 8 x intermediate + 10 x (q + kv width)
+bytes under bf16 autocast (the norms stay float32), 24 / 16 / 16 in float32; within 1 % of the count at all three
+sizes. Other architectures keep a similar amount; the estimate is not a bound for them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from ..errors import ConfigError
+from ..replay_share import realised_share
 from .logprobs import chunk_tokens
+
+# bytes per token and layer kept for the backward pass: (x hidden, x intermediate, x (q width + kv width))
+ACTIVATION_BYTES = {"bf16": (26, 8, 10), "fp32": (24, 16, 16)}
+EVAL_CHUNK = 256  # held-out problems generated at once (evaluation.evaluate's chunk)
+PROMPT_ROOM = 256  # prompt tokens of an update row with the math reward
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model facts the estimate needs (a transformers config's names)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    params: int  # trainable parameters
+
+    @classmethod
+    def of(cls, config, params: int) -> "Shape":
+        heads = getattr(config, "num_attention_heads", 1) or 1
+        return cls(hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
+                   kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+                   intermediate=getattr(config, "intermediate_size", None) or config.hidden_size,
+                   vocab=config.vocab_size, params=params)
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def activation_bytes(self, precision: str) -> int:
+        """Bytes one token keeps per layer for the backward pass (module docstring)."""
+        a, b, c = ACTIVATION_BYTES[precision]
+        return a * self.hidden + b * self.intermediate + c * (self.heads * self.head_dim + self.kv_width)
+
+    def kept_per_token(self, precision: str, checkpointed: bool = False) -> int:
+        """Bytes one token keeps over all layers for the backward pass; with activation checkpointing each layer
+        keeps only its float32 input and one layer's activations are recomputed at a time."""
+        if checkpointed:
+            return self.layers * 4 * self.hidden + self.activation_bytes(precision)
+        return self.layers * self.activation_bytes(precision)
+
+    def kv_bytes(self, rows: int, tokens: int, elem: int) -> int:
+        return rows * self.layers * 2 * tokens * self.kv_width * elem
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Bytes per phase on one GPU (module docstring); `need` is what the step needs beside the loaded weights."""
+
+    adamw: int
+    vllm: int
+    generation: int
+    evaluation: int
+    scoring: int
+    update: int
+
+    @property
+    def need(self) -> int:
+        return self.vllm + self.adamw + max(self.generation, self.evaluation, self.scoring, self.update)
+
+    def peak_phase(self) -> str:
+        return max(("generation", "evaluation", "scoring", "update"), key=lambda k: getattr(self, k))
+
+
+def phases(shape: Shape, *, rows: int, micro_rows: int, eval_rows: int, completion: int, precision: str,
+           vllm_bytes: int, kv_elem: int = 4, prompt: int = 0, checkpointed: bool = False) -> Phases:
+    """The phases of one step: `rows` generated at once (in vLLM's share when `vllm_bytes`), `micro_rows` per
+    forward of the update, `eval_rows` held-out rows generated at once by transformers (0: none, or in vLLM).
+    `checkpointed` (activation checkpointing, as TRL's gradient_checkpointing): each layer keeps only its float32
+    input per token, and one layer's activations are recomputed at a time."""
+    compute = 2 if precision == "bf16" else 4
+    logits = min(micro_rows * completion, chunk_tokens(shape.vocab)) * shape.vocab * (compute + 4)
+    P = shape.params
+    per_token = shape.kept_per_token(precision, checkpointed)
+    return Phases(
+        adamw=8 * P,
+        vllm=vllm_bytes,
+        generation=0 if vllm_bytes else shape.kv_bytes(rows, completion, kv_elem),
+        evaluation=shape.kv_bytes(eval_rows, completion, kv_elem),
+        scoring=logits,
+        update=(4 * P + (2 * P if precision == "bf16" else 0) + logits
+                + micro_rows * (prompt + completion) * per_token),
+    )
+
+
+def precision_of(cfg, device_type: str) -> str:
+    """bf16 (autocast, float32 master weights) on a GPU unless TrainConfig.precision says fp32; fp32 on a CPU."""
+    return "bf16" if device_type == "cuda" and cfg.precision in ("auto", "bf16") else "fp32"
 
 
 def _available_bytes(device: torch.device) -> Optional[int]:
@@ -46,58 +146,81 @@ def _available_bytes(device: torch.device) -> Optional[int]:
         return None  # unknown: nothing is refused
 
 
-def step_bytes(model_config, rows: int, update_rows: int, completion: int, elem: int = 4) -> dict[str, int]:
-    """{"generation": ..., "update": ...} lower bounds in bytes (see the module docstring)."""
-    hidden = model_config.hidden_size
-    layers = model_config.num_hidden_layers
-    heads = getattr(model_config, "num_attention_heads", 1) or 1
-    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
-    kv_width = hidden * kv_heads // heads
-    vocab = model_config.vocab_size
-    inter = getattr(model_config, "intermediate_size", None) or hidden
-    gated = getattr(model_config, "hidden_act", None) in ("silu", "swish")
-    per_layer = 4 * hidden + 3 * inter if gated else 2 * hidden + inter  # kept per token for the backward pass
-    return {
-        "generation": rows * layers * 2 * completion * kv_width * elem,
-        "update": (min(update_rows * completion, chunk_tokens(vocab)) * vocab * (elem + 4)
-                   + update_rows * completion * layers * per_layer * elem),
-    }
+def run_phases(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> Phases:
+    """The phases of a TrainConfig's step on a device of that type (`card_bytes`: its total memory, for vLLM's
+    share). The built-in trainer evaluates through its generator; `--backend trl` through transformers, `eval_chunk`
+    problems at a time."""
+    from ..generation.vllm import GPU_SHARE
+
+    rows = cfg.prompts_per_step * cfg.group_size
+    vllm = int(GPU_SHARE * card_bytes) if cfg.generator == "vllm" and device_type == "cuda" else 0
+    completion = cfg.completion_budget()
+    # The largest forward pass of the update: a micro-batch, or the fresh segment (replay adds a second pass);
+    # TRL's forward holds the composed rows / steps_per_generation: micro_batch_size x (1 + replay_ratio).
+    micro = min(cfg.micro_batch_size or rows, rows)
+    if cfg.backend == "trl":
+        unit = rows // micro
+        micro = realised_share(rows, cfg.replay, unit).rows // unit
+    ph = phases(shape, rows=rows, micro_rows=micro, eval_rows=0,
+                completion=completion, precision=precision_of(cfg, device_type), vllm_bytes=vllm,
+                prompt=PROMPT_ROOM if cfg.reward == "math" else 0)
+    if eval_in_engine(cfg, device_type):
+        return ph
+    at_once = min(cfg.eval_problems, _eval_chunk(cfg, shape, device_type, ph)) * cfg.eval_samples
+    return dataclasses.replace(ph, evaluation=shape.kv_bytes(at_once, completion, 4))
 
 
-def step_need(parts: dict[str, int], param_bytes: int, vllm_bytes: int = 0) -> int:
-    """Bytes beyond the loaded weights: vLLM's share + gradients + the largest of generation, update and AdamW's
-    moments (2 x param_bytes); with vLLM the KV cache is inside its share."""
-    phases = [parts["update"], 2 * param_bytes] + ([] if vllm_bytes else [parts["generation"]])
-    return vllm_bytes + param_bytes + max(phases)
+def eval_in_engine(cfg, device_type: str) -> bool:
+    """Whether the held-out evaluation generates in vLLM (the built-in trainer's generator=vllm on a GPU)."""
+    return cfg.backend == "builtin" and cfg.generator == "vllm" and device_type == "cuda"
+
+
+def eval_chunk(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> int:
+    """Held-out problems per transformers generate call: on a GPU as many as keep the evaluation's KV cache within
+    the largest other phase (at least one problem), so the evaluation never sets the run's peak; on a CPU the fixed
+    `EVAL_CHUNK` (host memory is checked as a whole, and the chunking decides which random draws go to which row)."""
+    return _eval_chunk(cfg, shape, device_type, run_phases(cfg, shape, device_type, card_bytes))
+
+
+def _eval_chunk(cfg, shape: Shape, device_type: str, ph: Phases) -> int:
+    if device_type != "cuda":
+        return EVAL_CHUNK
+    budget = max(ph.generation, ph.scoring, ph.update)
+    per_problem = shape.kv_bytes(cfg.eval_samples, cfg.completion_budget(), 4)
+    return max(1, min(EVAL_CHUNK, budget // per_problem))
+
+
+def model_shape(model) -> Shape:
+    return Shape.of(model.config, sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def card_bytes(device: torch.device) -> int:
+    return torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
 
 
 def check_step_memory(cfg, model, max_new: int, device: torch.device) -> None:
     """Refuse (ConfigError) settings whose step cannot fit in the memory this device has available now (the
     weights loaded; no optimizer state, no vLLM engine yet)."""
-    rows = cfg.prompts_per_step * cfg.group_size
-    eval_rows = min(cfg.eval_problems, 256) * cfg.eval_samples  # evaluation generates 256 problems at a time
-    # The largest forward pass of the update: a micro-batch, or the fresh segment (replay adds a second pass).
-    mb = min(cfg.micro_batch_size or rows, rows)
-    elem = next(model.parameters()).element_size()
-    parts = step_bytes(model.config, max(rows, eval_rows), mb, max_new, elem)
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    vllm_bytes = 0
-    if cfg.generator == "vllm" and device.type == "cuda":
-        from ..generation.vllm import GPU_SHARE
-
-        vllm_bytes = int(GPU_SHARE * torch.cuda.mem_get_info(device)[1])
-    need = step_need(parts, param_bytes, vllm_bytes)
+    ph = run_phases(cfg, model_shape(model), device.type, card_bytes(device))
     have = _available_bytes(device)
-    if have is None or need <= have:
+    if have is None or ph.need <= have:
         return
+    raise ConfigError(refusal(cfg, ph, f"{device.type} has {have / 2**30:.1f} GiB available"))
+
+
+def refusal(cfg, ph: Phases, have: str) -> str:
+    """The message naming the fields and the fixes, for a step needing `ph` where `have` (words) is less."""
     gib = 2**30
-    vllm = f"vLLM's share {vllm_bytes / gib:.1f} GiB, " if vllm_bytes else ""
-    raise ConfigError(
+    rows = cfg.prompts_per_step * cfg.group_size
+    vllm = f"vLLM's share {ph.vllm / gib:.1f} GiB, " if ph.vllm else ""
+    return (
         f"TrainConfig.prompts_per_step={cfg.prompts_per_step} x group_size={cfg.group_size} = {rows} rows per step "
-        f"needs at least {need / gib:.1f} GiB beside the weights ({vllm}gradients {param_bytes / gib:.1f} GiB, then "
-        f"the largest of: generation's KV cache {parts['generation'] / gib:.1f} GiB, the update's logits and "
-        f"activations {parts['update'] / gib:.1f} GiB for {mb} rows x {max_new} tokens, AdamW's moments "
-        f"{2 * param_bytes / gib:.1f} GiB), but {device.type} has {have / gib:.1f} GiB available; allowed: fewer rows "
-        f"per step (prompts_per_step x group_size), a smaller completion budget (max_new_tokens), micro_batch_size "
-        f"for the update, or a smaller model or a larger GPU (docs/paper_table.md: what fits where)"
+        f"needs at least {ph.need / gib:.1f} GiB beside the weights ({vllm}AdamW's moments {ph.adamw / gib:.1f} GiB, "
+        f"then the largest phase: generation's KV cache {ph.generation / gib:.1f} GiB, the evaluation's KV cache "
+        f"{ph.evaluation / gib:.1f} GiB for eval_problems={cfg.eval_problems} x eval_samples={cfg.eval_samples}, "
+        f"the update {ph.update / gib:.1f} GiB (gradients, logits and activations of "
+        f"micro_batch_size={cfg.micro_batch_size or rows} rows x {cfg.completion_budget()} tokens)), but {have}; "
+        f"allowed: fewer rows per step (prompts_per_step x group_size), a smaller completion budget (max_new_tokens), "
+        f"a smaller micro_batch_size, fewer eval_problems or eval_samples, generator=vllm, or a smaller model or a "
+        f"larger GPU (docs/paper_table.md: what fits where)"
     )

@@ -23,6 +23,7 @@ REWARDS = ("testbed", "math")
 BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "bf16", "fp32")
 DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
 # np.random.seed (used by transformers' set_seed under --backend trl) takes 0..2**32-1; the run adds small offsets
 # (evaluation, drift probe) to its seed, so the top of the range is left free.
@@ -105,7 +106,12 @@ class TrainConfig:
     backend: str = "builtin"
     """builtin (this trainer) | trl (ReplayGRPOTrainer)."""
     generator: str = "transformers"
-    """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra)."""
+    """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra). The held-out
+    evaluation of the built-in trainer samples through it too."""
+    precision: str = "auto"
+    """Update precision: auto (bf16 on a GPU, fp32 on a CPU) | bf16 (bf16 autocast with float32 master weights,
+    gradients and AdamW state, as TRL's bf16=True and verl's FSDP mixed precision; TF32 matmuls allowed; GPU only)
+    | fp32 (float32 throughout)."""
     model: Optional[str] = None
     """Local path or hub id of a causal LM, or a GGUF file (.gguf); None = the embedded testbed's warm-started tiny model."""
     model_file: Optional[str] = None
@@ -183,6 +189,8 @@ class TrainConfig:
             configio.bad(self, "backend", ", ".join(BACKENDS))
         if self.generator not in GENERATORS:
             configio.bad(self, "generator", ", ".join(GENERATORS))
+        if self.precision not in PRECISIONS:
+            configio.bad(self, "precision", ", ".join(PRECISIONS))
         if self.drift_probe and self.backend != "builtin":
             configio.bad(self, "drift_probe", "0 with backend='trl' (the drift diagnostic is the built-in trainer's)")
         if self.backend == "trl":
@@ -244,6 +252,9 @@ def check_machine(cfg: TrainConfig) -> None:
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("TrainConfig.device='cuda' but no CUDA device is available here; allowed: auto, cpu")
+    if cfg.precision == "bf16" and (cfg.device == "cpu" or not torch.cuda.is_available()):
+        raise ConfigError("TrainConfig.precision='bf16' needs a CUDA device, and the run is on the CPU here; "
+                          "allowed: auto, fp32")
     if cfg.generator == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError(

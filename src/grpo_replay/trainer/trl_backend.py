@@ -248,6 +248,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     from datasets import Dataset
 
     from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
     from .setup import build_policy
 
     if cfg.torch_threads:
@@ -255,8 +256,11 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     model, tokenizer, task, setup_info = build_policy(cfg, device)
+    check_step_memory(cfg, model, cfg.completion_budget(), device)  # before TRL allocates anything
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
-    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer))  # evaluation rewards guarded alike
+    # TRL's backend evaluates through transformers whatever generates its rollouts: problems per call sized to fit.
+    held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer),  # evaluation rewards guarded alike
+                       chunk=eval_chunk(cfg, model_shape(model), device.type, card_bytes(device)))
     start = held_out(model)
 
     by_id = {p.id: p for p in task.train}
@@ -268,7 +272,8 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
     args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
-                                 "use_cpu": device.type == "cpu", "bf16": False, **no_activation_checkpointing()})
+                                 "use_cpu": device.type == "cpu",
+                                 **no_activation_checkpointing()})
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
                                 processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))

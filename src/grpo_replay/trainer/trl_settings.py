@@ -52,6 +52,8 @@ KEYS: dict[str, str] = {
     "backend": "selects this path",
     "generator": "use_vllm: vllm is TRL's colocated vLLM (vllm_mode colocate, vllm_gpu_memory_utilization 0.3, the "
                  "built-in trainer's share); transformers is TRL's own generate",
+    "precision": "bf16 (TRL's bf16 autocast over float32 master weights): true for bf16, and for auto on a GPU; "
+                 "tf32 on a GPU unless fp32",
     "model": "the real-model path: the policy",
     "model_file": "the real-model path: the GGUF file",
     "data": "the real-model path: the training prompts",
@@ -88,6 +90,14 @@ def check(cfg: TrainConfig) -> None:
     if cfg.micro_batch_size and rows % cfg.micro_batch_size:
         _refuse("micro_batch_size", cfg.micro_batch_size, f"0 or a divisor of prompts_per_step x group_size = {rows} "
                 "with backend='trl' (TRL's per-device batch; the generation spans rows / micro_batch_size of them)")
+    share = trl_share(cfg)
+    if not share.realised:
+        _refuse("micro_batch_size", cfg.micro_batch_size or rows, "one of "
+                + ", ".join(map(str, micro_batches_that_realise(cfg)[:6])) + f" with backend='trl' and "
+                f"replay.replay_ratio={cfg.replay.replay_ratio}: TRL splits the step's {share.kept} fresh + "
+                f"{share.planned} replay rows into steps_per_generation = {share.unit} micro-batches and drops the rows "
+                f"beyond a multiple, so only {share.replay} replay rows would train (share {share.share:.3f} instead "
+                f"of {share.configured:.3f}); each forward then holds micro_batch_size x (1 + replay_ratio) rows")
     if cfg.update_epochs != 1:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
@@ -103,6 +113,24 @@ def check(cfg: TrainConfig) -> None:
     if cfg.loss.max_completion_length not in (None, budget):
         _refuse("loss.max_completion_length", cfg.loss.max_completion_length,
                 f"None or {budget} (the completion budget) with backend='trl'")
+
+
+def trl_share(cfg: TrainConfig):
+    """The replay rows a step of this config trains on under TRL's split (`replay_share.realised_share`)."""
+    from ..replay_share import realised_share
+
+    rows = cfg.prompts_per_step * cfg.group_size
+    return realised_share(rows, cfg.replay, rows // (cfg.micro_batch_size or rows))
+
+
+def micro_batches_that_realise(cfg: TrainConfig) -> list[int]:
+    """The micro_batch_size values (divisors of the step's rows) under which TRL trains every planned replay row."""
+    import dataclasses
+
+    rows = cfg.prompts_per_step * cfg.group_size
+    ok = [m for m in range(1, rows + 1) if rows % m == 0
+          and trl_share(dataclasses.replace(cfg, micro_batch_size=m)).realised]
+    return sorted(ok, key=lambda m: (m < (cfg.micro_batch_size or rows), m))
 
 
 def _refuse(key: str, value: Any, allowed: str) -> None:
@@ -127,6 +155,9 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     return dict(
         output_dir=str(cfg.run_dir),
         use_cpu=use_cpu(cfg),
+        # TRL's mixed precision: bf16 autocast over float32 master weights, with TF32 matmuls (a GPU only)
+        bf16=cfg.precision == "bf16" or (cfg.precision == "auto" and not use_cpu(cfg)),
+        tf32=True if cfg.precision != "fp32" and not use_cpu(cfg) else None,
         # One generation of `rows` rows per optimizer step, trained micro rows at a time.
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=rows // micro,

@@ -175,10 +175,13 @@ class InProcessRolloutWorker:
     def _generate_group(self, group_id: int) -> list:
         from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
-        prompt = self.dataset[group_id % len(self.dataset)]["prompt"]
+        row = self.dataset[group_id % len(self.dataset)]
+        prompt = row["prompt"]
         tok = self.tokenizer
         prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
         G, P = self.num_generations, len(prompt_ids)
+        # The row's other columns reach the reward functions, one value per completion, as TRL's worker passes them.
+        columns = {k: [v] * G for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
         inputs = torch.tensor([prompt_ids] * G)
         self.model.eval()
         with torch.random.fork_rng(devices=[]):
@@ -192,7 +195,7 @@ class InProcessRolloutWorker:
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         logps = [self._logps(prompt_ids, c) for c in completions]
         rewards = np.nansum(np.array([
-            [np.nan if r is None else float(r) for r in f(prompts=[prompt] * G, completions=texts, completion_ids=completions)]
+            [np.nan if r is None else float(r) for r in f(prompts=[prompt] * G, completions=texts, completion_ids=completions, **columns)]
             for f in self.reward_funcs
         ], dtype=float), axis=0)
         advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-8)  # as TRL's AsyncRolloutWorker

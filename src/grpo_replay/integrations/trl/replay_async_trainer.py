@@ -34,6 +34,7 @@ from ...config import ReplayConfig, refuse_options
 from ...errors import ConfigError
 from .async_composer import AsyncComposer, chunk_size
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
+from .master_weights import check_master_weights
 from .replay_async_config import check_age_bound
 from .replay_fields import resolve_replay_config
 from .replay_grpo_config import TRL_REFUSED
@@ -65,6 +66,8 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
                 "or replay_ratio=0"
             )
         super().__init__(*args, **kwargs)
+        check_master_weights(self.model, self.args.learning_rate, self.accelerator.mixed_precision,
+                             self.accelerator.is_fsdp2)
         self.replay_config = replay_config
         self.replay_age_bound = age_bound
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per optimizer step (main)

@@ -54,6 +54,7 @@ from ... import metric_names as mn
 from .replay_fields import resolve_replay_config
 from .replay_grpo_config import TRL_REFUSED
 from ...rollout import RolloutBatch, cat_padded, without_nonfinite_logps
+from .batch_share import check_share
 from .records import LossCapture, QueuedGeneration
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
@@ -87,6 +88,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
         super().__init__(*args, **kwargs)
         self.replay_config = replay_config
+        # The share TRL's split leaves: refused here, before training, when it trims planned replay rows.
+        self.replay_share = check_share(self.args, replay_config, self.accelerator.num_processes)
         seed = getattr(self.args, "replay_seed", None)
         seed = self.args.seed if seed is None else seed
         self.replay_buffer = ReplayBuffer(replay_config, seed=seed + self.accelerator.process_index)

@@ -5,7 +5,8 @@ The same as `python -m verl.trainer.main_ppo` with the config `replay_ppo_traine
 the legacy `RayPPOTrainer` with `trainer.use_v1=false` (`ReplayTaskRunner`). Pick a preset with
 `replay=paper|grpo|uniform_pool|sigma_pool` and override fields with `replay.tau_max=5` etc. A bad replay setting or
 an unsupported `trainer.v1.trainer_mode`, a configuration replay cannot run, a missing local path or too few CPUs
-for TransferQueue is refused with exit status 2 before Ray starts.
+for TransferQueue, or a checkpoint folder another run wrote (`run_folder.py`) is refused with exit status 2 before
+Ray starts; the launch says whether it resumes a checkpoint.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 
 import hydra
 
+from .run_folder import check_run_folder
 from .settings import split_config
 
 
@@ -60,10 +62,12 @@ def main(config) -> None:
     try:
         runner = check_config(config)
         check_environment(config)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+        print(check_run_folder(config))  # last: it records this run in its checkpoint folder
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     run_ppo(config, task_runner_class=runner)
 
 

@@ -1,0 +1,117 @@
+"""`grpo-replay preflight` on every GPU recipe the docs give, full size, on this CPU machine: each documented
+command (collected as tests/docs/test_gpu_commands.py collects them) resolves as its launch would and passes; the
+defects the preflight exists for are refused with exit 2, naming the field."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_commands import VERL_SCRIPTS, doc_commands, strip_python_m
+from grpo_replay.cli import main
+from grpo_replay.cli.preflight import resolve
+from grpo_replay.preflight.host import Host
+from grpo_replay.preflight.verl_launch import ENTRY, check_verl_overrides, overrides_dict
+
+pytest.importorskip("trl")
+
+CPU_HOST = Host(gpus=0, gpu_memory=0, driver=None, torch="2.13.0+cpu", torch_cuda=None, vllm=None)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def documented(tmp_path_factory):
+    """Every launch of the docs' GPU fences: (source, kind, argv)."""
+    out = []
+    for rec in doc_commands(tmp_path_factory.mktemp("docs")):
+        argv = rec["argv"]
+        if rec["cmd"] == "grpo-replay" and argv[:1] in (["train"], ["compare"]):
+            out.append((rec["source"], "grpo-replay", argv))
+        elif rec["cmd"] == "accelerate" and argv[:1] == ["launch"]:
+            out.append((rec["source"], "accelerate", argv))
+        elif rec["cmd"] in ("python", "python3") and strip_python_m(argv, ENTRY) is not None:
+            out.append((rec["source"], "verl", strip_python_m(argv, ENTRY)))
+    return out
+
+
+def test_every_kind_of_documented_launch_is_collected(documented):
+    kinds = {kind for _, kind, _ in documented}
+    assert kinds == {"grpo-replay", "accelerate", "verl"}, documented
+    assert any(a[0] == "compare" and "--backend" in a for _, k, a in documented if k == "grpo-replay")
+
+
+def _report(kind, argv, tmp_path):
+    if kind == "verl":
+        ov = overrides_dict(argv)
+        for key in ("data.train_files", "data.val_files"):  # the recipe's data: prepared by the user
+            Path(ov[key]).parent.mkdir(parents=True, exist_ok=True)
+            Path(ov[key]).touch()
+        return check_verl_overrides(argv, CPU_HOST, None, "verl " + " ".join(argv))
+    launch = ["grpo-replay", *argv] if kind == "grpo-replay" else ["accelerate", *argv]
+    if kind == "grpo-replay":  # run directories under this test's folder, not the checkout
+        launch = [a.replace("runs/", f"{tmp_path}/runs/") for a in launch]
+    return resolve(launch, CPU_HOST, None)
+
+
+def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path):
+    failed = []
+    for source, kind, argv in documented:
+        report = _report(kind, argv, tmp_path)
+        text = report.render()
+        refusals = report.refusals
+        assert refusals or all(s in text for s in ("replay rows per step", "memory per GPU", "seeds")), text
+        if refusals:
+            failed.append(f"{source}: {' '.join(argv)[:120]}: {[r.line() for r in refusals]}")
+    assert not failed, "\n".join(failed)
+
+
+def test_the_paper_recipe_trl_split_that_drops_replay_is_refused(tmp_path, capsys):
+    """The defect the TRL recipe had: micro_batch_size=1 under --backend trl trains no replay row."""
+    data = str(ROOT.parent / "shared" / "data" / "train" / "math_train.jsonl")
+    argv = ["preflight", "grpo-replay", "train", "--backend", "trl", "--model", "Qwen/Qwen3-0.6B-Base", "--reward",
+            "math", "--data", data, "--out", str(tmp_path / "run"), "--set", "prompts_per_step=128", "--set",
+            "group_size=8", "--set", "max_new_tokens=4096", "--set", "micro_batch_size=1", "--set", "generator=vllm"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert "REFUSED" in out.out and "micro_batch_size: TrainConfig.micro_batch_size=1" in out.out
+    assert "0 replay after the mapping" in out.out and "share 0.000 vs configured 0.333" in out.out
+
+
+def test_a_card_too_small_and_an_old_driver_are_refused(tmp_path):
+    """4B in the built-in trainer on an 80 GB card (with the GPU named); a CUDA 13 build on a 570 driver."""
+    launch = ["grpo-replay", "train", "--model", "Qwen/Qwen3-4B-Base", "--reward", "math", "--data", "word_sums",
+              "--out", str(tmp_path / "run"), "--set", "prompts_per_step=128", "--set", "group_size=8", "--set",
+              "max_new_tokens=4096", "--set", "micro_batch_size=1", "--set", "generator=vllm"]
+    small = resolve(launch, CPU_HOST, 81559 * 2**20)
+    assert [r.field for r in small.refusals] == ["memory"]
+    assert "needs at least" in small.refusals[0].problem and "micro_batch_size" in small.refusals[0].problem
+    assert not resolve(launch, CPU_HOST, 143771 * 2**20).refusals  # 141 GB: fits by the estimate
+    old = Host(gpus=1, gpu_memory=143771 * 2**20, driver="570.86.15", torch="2.13.0+cu130", torch_cuda="13.0",
+               vllm="0.31.0")
+    refused = resolve(launch, old, None).refusals
+    assert [r.field for r in refused] == ["NVIDIA driver"] and ">= 580" in refused[0].fix or "580" in refused[0].problem
+
+
+def test_a_run_directory_with_another_runs_results_is_refused(tmp_path):
+    """A compare or train launch into a directory holding a different run: refused before any GPU time."""
+    from grpo_replay.trainer.rundir import mark
+
+    out = tmp_path / "run"
+    mark(out)
+    (out / "config.yaml").write_text("seed: 5\n")
+    (out / "summary.json").write_text("{}")
+    report = resolve(["train", "--steps", "3", "--out", str(out)], CPU_HOST, None)
+    assert [r.field for r in report.refusals] == ["out_dir"], report.render()
+
+
+def test_a_shared_verl_checkpoint_folder_and_a_seed_loop_over_replay_seed_only_are_refused():
+    ov = ["replay=paper", "data.train_batch_size=128", "actor_rollout_ref.rollout.n=8", "trainer.n_gpus_per_node=8",
+          "trainer.nnodes=2", "trainer.experiment_name=qwen3-4b-paper-s1", "replay.seed=1",
+          "actor_rollout_ref.model.enable_gradient_checkpointing=true", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+          "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576", "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+          "trainer.default_local_dir=/shared/checkpoints/grpo-replay", "actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base"]
+    fields = [r.field for r in check_verl_overrides(ov, CPU_HOST, None, "verl").refusals]
+    assert fields == ["data.seed", "trainer.default_local_dir"]
+    fixed = [*ov[:-2], "trainer.default_local_dir=/shared/checkpoints/qwen3-4b-paper-s1", "data.seed=1",
+             "actor_rollout_ref.rollout.seed=1", ov[-1]]
+    assert not check_verl_overrides(fixed, CPU_HOST, None, "verl").refusals
