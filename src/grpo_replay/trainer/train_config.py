@@ -210,7 +210,7 @@ class TrainConfig:
             prefix = ("trl-" if self.backend == "trl" else "") + (
                 f"{self.testbed_preset}-" if self.testbed_preset != "default" else "")
             template = f"runs/{prefix}{{preset}}-seed{{seed}}"
-        return Path(template.format(preset=self.preset, seed=self.seed))
+        return Path(template.format(preset=self.preset, seed=self.seed)).expanduser()  # `~/runs/x`, as the shell would
 
     def completion_budget(self) -> int:
         if self.max_new_tokens:
