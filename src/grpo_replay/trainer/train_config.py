@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig, refuse_options
 from ..loss import LossConfig
+from ..validation import MAX_SEED
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
@@ -24,9 +25,6 @@ BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
-# np.random.seed (used by transformers' set_seed under --backend trl) takes 0..2**32-1; the run adds small offsets
-# (evaluation, drift probe) to its seed, so the top of the range is left free.
-MAX_SEED = 2**31 - 1
 
 
 @dataclass
