@@ -27,6 +27,12 @@ TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
     (["--set", "testbed.heldout_mod=0"], "TestbedConfig.heldout_mod=0 is invalid; allowed: an integer >= 2"),
     (["--set", "testbed.num_heads=3"], "TestbedConfig.num_heads=3 is invalid; allowed: a divisor of hidden_size=128"),
     (["--set", "testbed.max_new_tokens=0"], "TestbedConfig.max_new_tokens=0 is invalid; allowed: an integer >= 1"),
+    # a task other than the named testbed's: both keys named (it was difficulty_weights, which neither gave)
+    (["--testbed", "reasoning", "--set", "testbed.task=addition"], "testbed.task='addition' is invalid with "
+     "testbed_preset='reasoning' (--testbed reasoning), which is the running_sum task; allowed: testbed.task=running_sum, "
+     "or testbed_preset=default|small|large for the addition task"),
+    (["--set", "testbed.task=running_sum"], "TestbedConfig.difficulty_weights has 4 weights for task='running_sum', "
+     "whose levels are operands_min..operands_max = 3..8; allowed: one weight per level (6)"),
 ])
 def test_settings_that_crashed_mid_run_are_refused_naming_the_field(extra, shown, tmp_path, capsys):
     out = tmp_path / "run"

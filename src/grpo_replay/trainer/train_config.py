@@ -290,4 +290,19 @@ def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = 
             if key in layer:
                 checked.update(_preset_values(key, layer[key]))
         checked.update(layer)
+    _check_testbed_task(checked)
     return configio.build(TrainConfig, checked)
+
+
+def _check_testbed_task(checked: Mapping[str, Any]) -> None:
+    """A testbed.task other than the named testbed's, refused naming both keys (the testbed's own check would
+    name the first of its fields the other task cannot use)."""
+    named = checked.get("testbed_preset", "default")
+    task = TestbedConfig.named(named).task
+    asked = checked.get("testbed.task", task)
+    if named == "default" or asked == task:
+        return
+    others = [n for n in TESTBED_PRESETS if TestbedConfig.named(n).task == asked]
+    raise ConfigError(
+        f"testbed.task={asked!r} is invalid with testbed_preset={named!r} (--testbed {named}), which is the {task} "
+        f"task; allowed: testbed.task={task}" + (f", or testbed_preset={'|'.join(others)} for the {asked} task" if others else ""))

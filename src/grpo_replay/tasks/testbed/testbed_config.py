@@ -240,11 +240,11 @@ def validate_testbed(cfg: TestbedConfig) -> None:
                          "allowed: 2 <= operands_min <= operands_max <= 20")
     if cfg.task == "running_sum":
         if len(cfg.difficulty_weights) != cfg.operands_max - cfg.operands_min + 1:
-            raise ValueError("difficulty_weights needs one weight per level operands_min..operands_max (running_sum)")
+            raise ValueError(_weights_error(cfg, "operands_min..operands_max", cfg.operands_min, cfg.operands_max))
         if cfg.three_operand_prob > 0:
             raise ValueError("three_operand_prob is an addition-task option; running_sum sets operands_min/max")
     elif len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
-        raise ValueError("difficulty_weights needs one weight per level digits_min..digits_max")
+        raise ValueError(_weights_error(cfg, "digits_min..digits_max", cfg.digits_min, cfg.digits_max))
     elif (cfg.operands_min, cfg.operands_max) != (_HASHED_WHEN_SET["operands_min"], _HASHED_WHEN_SET["operands_max"]):
         raise ValueError(f"TestbedConfig.operands_min={cfg.operands_min}, operands_max={cfg.operands_max} is invalid "
                          "with task='addition' (two operands of digits_min..digits_max digits); allowed: the defaults "
@@ -256,6 +256,11 @@ def validate_testbed(cfg: TestbedConfig) -> None:
         raise ValueError("bad target pass-rate window")
     if cfg.warmstart_max_seconds is not None and not cfg.warmstart_max_seconds > 0:
         raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
+
+
+def _weights_error(cfg: TestbedConfig, levels: str, low: int, high: int) -> str:
+    return (f"TestbedConfig.difficulty_weights has {len(cfg.difficulty_weights)} weights for task={cfg.task!r}, whose "
+            f"levels are {levels} = {low}..{high}; allowed: one weight per level ({high - low + 1})")
 
 
 def _bad(cfg: TestbedConfig, name: str, allowed: str) -> None:
