@@ -339,3 +339,18 @@ def test_a_setting_finished_runs_lack_runs_them_again_and_the_report_claims_only
     shared = json.loads((rep / "results.json").read_text())["overrides"]
     assert shared["drift_probe"] == 4 and "testbed.progress_every" not in shared
     assert "preset" not in shared and "seed" not in shared  # each arm's and each seed's own
+
+
+def test_a_compare_runs_config_reused_from_another_directory_finds_its_warm_start(tmp_path, monkeypatch, capsys):
+    """The run's config.yaml names the warm-start cache absolutely: `train --config` from elsewhere loads the warm
+    start instead of computing it again into a stray `cmp/testbed-cache` under the new directory."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["compare", "--quick", "--out", "cmp", "--seeds", "1", "--arms", "grpo", "--jobs", "1", "--no-progress"]) == 0
+    (config,) = (work / "cmp").glob("runs/grpo/*/config.yaml")
+    monkeypatch.chdir(elsewhere)
+    assert main(["train", "--config", str(config), "--out", "again", "--no-progress"]) == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["again"]
+    warm = json.loads((elsewhere / "again" / "summary.json").read_text())["setup"]["warm_start"]
+    assert warm["from_cache"] and warm["cache_path"].startswith(str(work / "cmp" / "testbed-cache"))
