@@ -150,6 +150,8 @@ class ReplayBuffer:
         multiplied by exp(-age / age_decay) for this draw; with max_uses each drawn row's replay count goes
         up by one and the rows that reach it are evicted after being gathered (otherwise sampling never
         removes a rollout). Raises ValueError like `evict` for a step before a stored row's birth."""
+        if isinstance(n_rows, (bool, np.bool_)) or not isinstance(n_rows, (int, np.integer)) or n_rows < 0:
+            raise ValueError(f"ReplayBuffer.sample: n_rows={n_rows!r} is invalid; allowed: an integer >= 0 (rows to draw)")
         self.evict(step)
         if step < self.config.warmup_steps or not self.config.enabled:
             n_rows = 0

@@ -13,6 +13,10 @@ from typing import Any, NoReturn
 
 from .errors import ConfigError
 
+# np.random.seed (used by transformers' set_seed under --backend trl) takes 0..2**32-1; runs add small offsets to a
+# seed (evaluation, drift probe, the warm start's selection set), so the top of the range is left free.
+MAX_SEED = 2**31 - 1
+
 
 def bad(obj: Any, name: str, allowed: str, label: str | None = None) -> NoReturn:
     """Raise the one error of an invalid field: `Class.field=value is invalid; allowed: ...`; `label` names the

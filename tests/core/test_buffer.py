@@ -208,6 +208,10 @@ def test_no_draw_at_a_step_before_a_stored_birth():
     assert bool((buf.sample(12, 6).age(6) >= 0).all())
     with pytest.raises(ValueError, match="step=2.5 is invalid"):
         buf.sample(4, 2.5)
+    for n in (2.5, True, -1, "4", None):  # numpy's TypeError, one row for True, nothing for -1: each named now
+        with pytest.raises(ValueError, match=rf"ReplayBuffer.sample: n_rows={n!r} is invalid; allowed: an integer >= 0"):
+            buf.sample(n, 6)
+    assert len(buf) == 12 and len(buf.sample(np.int64(3), 6)) == 3
 
 
 # --- options beyond the paper: age_decay, max_uses, evict_rows ------------------------------------------

@@ -28,6 +28,7 @@ def test_empty_benchmark_file_is_an_error(tiny_model_dir, tmp_path, capsys):
     (["--grade-workers", "-1"], "grade_workers must be >= 0 (0 grades in this process; unset: by batch size), got -1"),
     (["--aes-weights", "1", "nan", "5"], "aes_weights (alpha, beta, gamma) must be three finite numbers >= 0, got (1.0, nan, 5.0)"),
     (["--n", "1e1", "--k", "16"], "k values [16] are invalid: each k must satisfy 1 <= k <= n=10"),
+    (["--n", "4", "--k", "1,1,2,4,2"], "k values [1, 2] are given twice in [1, 1, 2, 4, 2]; give each k once"),
     (["--seed", "-5"], "--seed -5 is invalid; allowed: an integer in 0..2147483647"),
     (["--backend", "vllm", "--dtype", "float32"], "--dtype float32 is for --backend transformers; allowed with --backend vllm: auto"),
     (["--backend", "vllm", "--device", "cpu"], "--device cpu is for --backend transformers; allowed with --backend vllm: auto"),

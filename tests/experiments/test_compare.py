@@ -2,6 +2,7 @@
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -302,3 +303,55 @@ def test_compare_backend_trl_with_a_setting_trl_refuses_is_exit_2_before_any_run
     assert main(["compare", "--quick", "--out", str(out), "--backend", "trl", "--set", "drift_probe=4"]) == 2
     assert "TrainConfig.drift_probe=4 is invalid; allowed: 0" in capsys.readouterr().err
     assert not (out / "runs").exists() and not (out / "testbed-cache").exists()
+
+
+def _plan_lines(out, capsys, *argv):
+    assert main(["compare", "--quick", "--out", str(out), "--dry-run", *argv]) == 0
+    return [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("done", "todo"))]
+
+
+def test_a_setting_finished_runs_lack_runs_them_again_and_the_report_claims_only_what_every_run_has(tmp_path, capsys):
+    """drift_probe and report_to add to what a run writes (the drift/* columns, the trackers' logs): finished runs
+    made without them are not reused as if they had them. drift_probe is hashed (a run made before it was, under
+    the older directory name, is reused when its config holds the value asked for); a tracker the runs lack is
+    refused, since its logs cannot be added to a run afterwards."""
+    out = tmp_path / "cmp"
+    plain = _plan_lines(out, capsys)
+    for _, _, _, _, run_dir in plain:  # every run finished, made without the probe or a tracker
+        d = Path(run_dir)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text("{}")
+        (d / "config.yaml").write_text(resolve({}).to_yaml())
+    assert {line[0] for line in _plan_lines(out, capsys)} == {"done"}
+    assert {line[0] for line in _plan_lines(out, capsys, "--set", "drift_probe=4")} == {"todo"}
+    assert main(["compare", "--quick", "--out", str(out), "--report-to", "tensorboard"]) == 2
+    assert (f"report_to=tensorboard: {len(plain)} of the planned runs were started without tensorboard"
+            in capsys.readouterr().err)
+    assert not list(out.glob("runs/*/*/tensorboard")) and not (out / "report").exists()
+    # one of them made with drift_probe=4 before the key was hashed: that one is reused, with its directory
+    d = Path(plain[0][4])
+    (d / "config.yaml").write_text(resolve({"drift_probe": 4}).to_yaml())
+    probed = _plan_lines(out, capsys, "--set", "drift_probe=4")
+    assert probed[0] == ["done", *plain[0][1:]] and {line[0] for line in probed[1:]} == {"todo"}
+    # the report's shared settings: what every planned run has, not a key that changes nothing in the results
+    rep = tmp_path / "rep"
+    assert main(["compare", "--quick", "--out", str(tmp_path / "none"), "--report-only", "--report-dir", str(rep),
+          "--set", "drift_probe=4", "--set", "testbed.progress_every=3"]) == 0
+    shared = json.loads((rep / "results.json").read_text())["overrides"]
+    assert shared["drift_probe"] == 4 and "testbed.progress_every" not in shared
+    assert "preset" not in shared and "seed" not in shared  # each arm's and each seed's own
+
+
+def test_a_compare_runs_config_reused_from_another_directory_finds_its_warm_start(tmp_path, monkeypatch, capsys):
+    """The run's config.yaml names the warm-start cache absolutely: `train --config` from elsewhere loads the warm
+    start instead of computing it again into a stray `cmp/testbed-cache` under the new directory."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["compare", "--quick", "--out", "cmp", "--seeds", "1", "--arms", "grpo", "--jobs", "1", "--no-progress"]) == 0
+    (config,) = (work / "cmp").glob("runs/grpo/*/config.yaml")
+    monkeypatch.chdir(elsewhere)
+    assert main(["train", "--config", str(config), "--out", "again", "--no-progress"]) == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["again"]
+    warm = json.loads((elsewhere / "again" / "summary.json").read_text())["setup"]["warm_start"]
+    assert warm["from_cache"] and warm["cache_path"].startswith(str(work / "cmp" / "testbed-cache"))

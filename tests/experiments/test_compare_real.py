@@ -139,6 +139,7 @@ def test_a_new_benchmark_setting_after_the_checkpoint_was_deleted_fails_clearly(
         (["--backend", "verl"], "--backend 'verl' is invalid; allowed: builtin, trl"),
         (["--benchmarks", "nope"], "unknown benchmark 'nope'"),
         (["--eval-k", "1,4"], "--eval-k=[1, 4] is invalid; allowed: integers 1 <= k <= --eval-n=2"),
+        (["--eval-k", "1,1"], "--eval-k=[1, 1] is invalid; allowed: each k once"),
         (["--arms", "papr"], "--arms: unknown arm(s) ['papr']"),
         # found before any run trains, not when the first evaluation builds its sampler
         (["--eval-temperature", "nan"], "--eval-temperature=nan is invalid; allowed: a finite number >= 0 (0 = greedy)"),

@@ -93,10 +93,10 @@ def test_plot_bad_input(compare_runs, tmp_path, capsys):
     assert not png.exists()
 
 
-def _fake_run(d, preset="paper", seed=0):
+def _fake_run(d, preset="paper", seed=0, extra=""):
     """A finished-looking run directory: what plot reads (config.yaml, metrics.jsonl, evals.jsonl)."""
     d.mkdir(parents=True)
-    (d / "config.yaml").write_text(f"preset: {preset}\nseed: {seed}\nsteps: 1\n")
+    (d / "config.yaml").write_text(f"preset: {preset}\nseed: {seed}\nsteps: 1\nout_dir: {d}\n{extra}")
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "generated": 4, "reward": 0.5}) + "\n")
     (d / "evals.jsonl").write_text(json.dumps({"step": 1, "generated": 4, "acc_sampled": 0.5}) + "\n")
     (d / "summary.json").write_text("{}")
@@ -119,3 +119,21 @@ def test_plot_labels_tell_a_run_and_a_run_inside_it_apart(tmp_path, capsys):
     assert main(["plot", str(outer), str(inner), "--out", str(png)]) == 0
     labels = [r["label"] for r in json.loads(png.with_suffix(".json").read_text())]
     assert labels == [f"paper seed 0 ({outer})", "paper seed 0 (b)"]
+
+
+def test_plot_labels_runs_by_the_settings_that_differ_between_them(tmp_path, capsys):
+    """Three runs of one preset and seed (dynamic sampling, three update epochs, neither) were all 'paper seed 0'."""
+    plain = "dynamic_sampling: false\nupdate_epochs: 1\nreplay:\n  tau_max: 10\n"
+    runs = [_fake_run(tmp_path / "x", extra=plain.replace("false", "true")),
+            _fake_run(tmp_path / "y", extra=plain.replace("epochs: 1", "epochs: 3")),
+            _fake_run(tmp_path / "z", extra=plain), _fake_run(tmp_path / "w", extra=plain.replace("10", "null")),
+            _fake_run(tmp_path / "g", preset="grpo", extra=plain)]
+    png = tmp_path / "p.png"
+    assert main(["plot", *map(str, runs), "--out", str(png)]) == 0
+    labels = [r["label"] for r in json.loads(png.with_suffix(".json").read_text())]
+    assert labels == ["paper seed 0 (dynamic_sampling=true)", "paper seed 0 (update_epochs=3)", "paper seed 0",
+                      "paper seed 0 (replay.tau_max=null)", "grpo seed 0"]
+    # two runs differing in one key, neither the usual value: both named
+    assert main(["plot", str(runs[0]), str(runs[2]), "--out", str(png)]) == 0
+    labels = [r["label"] for r in json.loads(png.with_suffix(".json").read_text())]
+    assert labels == ["paper seed 0 (dynamic_sampling=true)", "paper seed 0 (dynamic_sampling=false)"]

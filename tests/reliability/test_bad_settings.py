@@ -2,13 +2,17 @@
 any compute, naming the field; a flag or key given twice is refused; numbers read the same from a flag, --set and
 a config file."""
 import importlib.util
+import json
+import typing
 
 import pytest
 import torch
+import yaml
 
 from grpo_replay.errors import ConfigError
 from grpo_replay.app import configio
 from grpo_replay.cli import main
+from grpo_replay.trainer.train_config import FIELDS, MAX_SEED
 from helpers import refused
 
 TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
@@ -20,13 +24,66 @@ TINY = ["--steps", "2", "--set", "eval_problems=8", "--no-progress"]
     (["--seed", "4294967296"], "TrainConfig.seed=4294967296 is invalid"),
     (["--set", "testbed.difficulty_weights=[0,0,0,0]"], "TestbedConfig.difficulty_weights=(0.0, 0.0, 0.0, 0.0) is invalid"),
     (["--set", "testbed.working_prob=[]"], "TestbedConfig.working_prob=() is invalid; allowed: a non-empty list"),
-    (["--set", "testbed.heldout_mod=0"], "TestbedConfig.heldout_mod=0 is invalid; allowed: an integer >= 1"),
+    (["--set", "testbed.heldout_mod=0"], "TestbedConfig.heldout_mod=0 is invalid; allowed: an integer >= 2"),
     (["--set", "testbed.num_heads=3"], "TestbedConfig.num_heads=3 is invalid; allowed: a divisor of hidden_size=128"),
     (["--set", "testbed.max_new_tokens=0"], "TestbedConfig.max_new_tokens=0 is invalid; allowed: an integer >= 1"),
+    # a task other than the named testbed's: both keys named (it was difficulty_weights, which neither gave)
+    (["--testbed", "reasoning", "--set", "testbed.task=addition"], "testbed.task='addition' is invalid with "
+     "testbed_preset='reasoning' (--testbed reasoning), which is the running_sum task; allowed: testbed.task=running_sum, "
+     "or testbed_preset=default|small|large for the addition task"),
+    (["--set", "testbed.task=running_sum"], "TestbedConfig.difficulty_weights has 4 weights for task='running_sum', "
+     "whose levels are operands_min..operands_max = 3..8; allowed: one weight per level (6)"),
 ])
 def test_settings_that_crashed_mid_run_are_refused_naming_the_field(extra, shown, tmp_path, capsys):
     out = tmp_path / "run"
     refused(["train", *TINY, *extra, "--out", str(out)], out, capsys, "config error: " + shown)
+
+
+# --- the range of every integer key ------------------------------------------------------------------------------
+# The lowest value each integer key accepts, and the highest where there is one. A new integer key fails
+# test_every_integer_key_has_a_stated_range until its range is stated here (and checked by its config class).
+LOWEST = {
+    "seed": 0, "steps": 1, "prompts_per_step": 1, "group_size": 2, "lr_warmup_steps": 0, "max_new_tokens": 0,
+    "micro_batch_size": 0, "update_epochs": 1, "max_generation_rounds": 1, "eval_every": 0, "eval_problems": 1,
+    "eval_samples": 1, "checkpoint_every": 0, "keep_checkpoints": 1, "drift_probe": 0, "max_bad_steps": 1,
+    "torch_threads": 0, "replay.tau_max": 0, "replay.warmup_steps": 0, "replay.capacity": 1, "replay.max_uses": 1,
+    "loss.max_completion_length": 1, "testbed.digits_min": 1, "testbed.digits_max": 1, "testbed.operands_min": 2,
+    "testbed.operands_max": 2, "testbed.three_operand_digits": 1, "testbed.heldout_mod": 2, "testbed.max_new_tokens": 1,
+    "testbed.hidden_size": 1, "testbed.num_layers": 1, "testbed.num_heads": 1, "testbed.intermediate_size": 1,
+    "testbed.max_position_embeddings": 1, "testbed.warmstart_max_steps": 0, "testbed.warmstart_batch": 1,
+    "testbed.warmstart_eval_every": 1, "testbed.warmstart_eval_problems": 1, "testbed.warmstart_min_steps": 0,
+    "testbed.seed": 0, "testbed.progress_every": 0,
+}
+HIGHEST = {"seed": MAX_SEED, "testbed.seed": MAX_SEED, "testbed.digits_max": 9, "testbed.three_operand_digits": 9,
+           "testbed.operands_max": 20}
+
+
+def test_every_integer_key_has_a_stated_range():
+    ints = {k for k, (t, _) in FIELDS.items() if t is int or int in typing.get_args(t)}
+    assert set(LOWEST) == ints
+
+
+@pytest.mark.parametrize("key, value", [(k, v - 1) for k, v in LOWEST.items()] + [(k, v + 1) for k, v in HIGHEST.items()])
+def test_an_integer_key_outside_its_range_is_refused_before_compute(key, value, tmp_path, capsys):
+    """Exit 2 naming the key, nothing written: a negative testbed.seed used to pass and crash in the warm start."""
+    out = tmp_path / "run"
+    refused(["train", "--out", str(out), "--set", f"{key}={value}"], out, capsys, f"{key.rsplit('.', 1)[-1]}={value}")
+
+
+def test_every_integer_key_at_the_end_of_its_range_runs(tiny_overrides, tmp_path):
+    """What the ranges accept runs: one step with every integer key at its lowest value (the seeds at their highest),
+    where one key's lowest is allowed only with another's (an even head width, operands with running_sum, one
+    generation round with dynamic sampling)."""
+    at_ends = {**LOWEST, "seed": MAX_SEED, "testbed.seed": MAX_SEED, "testbed.hidden_size": 2, "testbed.task": "running_sum",
+               "testbed.difficulty_weights": [1.0], "dynamic_sampling": True, "drift_probe": 1,
+               "testbed.cache_dir": tiny_overrides["testbed.cache_dir"]}
+    out = tmp_path / "run"
+    argv = ["train", "--out", str(out), "--no-progress"]
+    for k, v in at_ends.items():
+        argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    assert main(argv) == 0
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+    assert yaml.safe_load((out / "config.yaml").read_text())["testbed"]["seed"] == MAX_SEED
 
 
 def test_cuda_or_vllm_on_a_machine_without_them_is_refused_before_compute(tmp_path, monkeypatch, capsys):

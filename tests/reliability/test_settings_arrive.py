@@ -2,6 +2,7 @@
 (one precedence rule, `train_config.resolve`), an empty value (an unset shell variable) refused rather than read as
 null or as "not given", and a `compare --set` of a key compare sets per run refused rather than dropped."""
 import argparse
+import json
 
 import pytest
 import yaml
@@ -9,6 +10,7 @@ from helpers import refused
 
 from grpo_replay.errors import ConfigError
 from grpo_replay.app import configio
+from grpo_replay.app.data import load_problems
 from grpo_replay.cli import main
 from grpo_replay.cli import train as command
 from grpo_replay.config import ReplayConfig
@@ -103,6 +105,32 @@ def test_parse_sets_keeps_null_and_quoted_empty_strings_apart():
     assert configio.parse_sets(["replay.tau_max=null"]) == {"replay.tau_max": None}
     with pytest.raises(ConfigError, match="empty value for replay.tau_max"):
         configio.parse_sets(["replay.tau_max= "])
+
+
+# --- text keys and paths -------------------------------------------------------------------------------------------
+def test_a_text_key_keeps_its_text_and_a_path_expands_home_from_set_and_from_a_file(tiny_overrides, tmp_path, monkeypatch):
+    """`007` is a directory name, not the number 7, and `~` is the home directory, not a folder named `~`: from
+    --set (which no shell expands after `=`) and from a config file alike."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    sets = [a for k, v in tiny_overrides.items() if k != "progress" for a in ("--set", f"{k}={v if isinstance(v, str) else json.dumps(v)}")]
+    assert main(["train", "--no-progress", *sets, "--set", "out_dir=~/007"]) == 0
+    f = tmp_path / "c.yaml"
+    f.write_text("out_dir: ~/0_8\n")
+    assert main(["train", "--no-progress", "--config", str(f), *sets]) == 0
+    assert (home / "007" / "summary.json").is_file() and (home / "0_8" / "summary.json").is_file()
+    assert yaml.safe_load((home / "007" / "config.yaml").read_text())["out_dir"] == "~/007"
+    assert list(cwd.iterdir()) == []  # no `~`, no `7`, no `8`
+    (home / "d.jsonl").write_text('{"problem": "1+1=", "answer": "2"}\n')
+    assert len(load_problems("~/d.jsonl")) == 1  # data and heldout_data are read there
+    # every key typed text keeps what was written; the other keys still read numbers and booleans
+    f.write_text("out_dir: 1.50\ntestbed:\n  cache_dir: 0x10\nsteps: 010\ndynamic_sampling: yes\nreport_to: [none]\n")
+    cfg = resolve(yaml_path=str(f))
+    assert (cfg.out_dir, cfg.testbed.cache_dir, cfg.steps, cfg.dynamic_sampling) == ("1.50", "0x10", 10, True)
+    assert resolve(configio.parse_sets(["data=1e3", "model=true", "reward=math"])).model == "true"
+    assert resolve(configio.parse_sets(["data=1e3", "model=null", "reward=math", "heldout_data=.5"])).heldout_data == ".5"
 
 
 # --- compare: keys it sets per run ---------------------------------------------------------------------------

@@ -106,6 +106,19 @@ def flatten(d: Mapping[str, Any], prefix: str = "", where: str = "") -> dict[str
 _DECIMAL_INT = re.compile(r"[-+]?[0-9][0-9_]*")
 
 
+class PlainScalar(str):
+    """An unquoted YAML scalar that YAML reads as a number or a boolean, kept as the text it was written as
+    (`value` is what YAML reads). `check_value` gives a key typed str the text and any other key the value, so
+    `out_dir: 007` is the directory 007, not 7, and `steps: 010` is still 10."""
+
+    value: Any
+
+    def __new__(cls, text: str, value: Any) -> "PlainScalar":
+        self = super().__new__(cls, text)
+        self.value = value
+        return self
+
+
 class _Loader(yaml.SafeLoader):
     pass
 
@@ -113,13 +126,17 @@ class _Loader(yaml.SafeLoader):
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     text = loader.construct_scalar(node)
     if _DECIMAL_INT.fullmatch(text):
-        return int(text.replace("_", ""))
+        return PlainScalar(text, int(text.replace("_", "")))
     return text
 
 
 def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     text = loader.construct_scalar(node)
-    return text if ":" in text else loader.construct_yaml_float(node)  # 1:30.5 (base 60) stays text
+    return text if ":" in text else PlainScalar(text, loader.construct_yaml_float(node))  # 1:30.5 (base 60) stays text
+
+
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    return PlainScalar(loader.construct_scalar(node), loader.construct_yaml_bool(node))
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
@@ -136,6 +153,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 def _is_empty(node: yaml.Node) -> bool:
     # `tau_max:` with nothing after it is YAML's null, but in a config it is far more often a template's unset
     # variable than a wish to switch the setting off; null must be written out.
@@ -225,8 +243,16 @@ def parse_sets(items: list[str], given: dict[str, str] | None = None) -> dict[st
     return out
 
 
+def _takes_text(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return str in typing.get_args(annotation)
+    return annotation is str
+
+
 def check_value(key: str, value: Any, annotation: Any) -> Any:
     """Return value coerced to the annotation (int -> float, list -> tuple) or raise ConfigError."""
+    if isinstance(value, PlainScalar):
+        value = str(value) if _takes_text(annotation) else value.value
     if isinstance(value, str) and not value.strip() and annotation is not Any:
         # `--model "$MODEL"` with MODEL unset: an empty path or name would read as "not given" downstream.
         unset = ", or null to unset it" if type(None) in typing.get_args(annotation) else ""

@@ -141,7 +141,7 @@ def load_problems(
         raise UsageError(f"limit must be >= 0 or None, got {limit}")
     mapping = _field_mapping(fields)
 
-    path = Path(spec)
+    path = Path(spec).expanduser()  # `~/data.jsonl` from a config file or --set, which no shell expanded
     array = False  # a .json file holding one array: ids by position, since its elements may share a line
     if path.is_dir():
         stem = name or split

@@ -198,6 +198,8 @@ def _plan(args: argparse.Namespace, setting, testbed: str, comparisons: tuple[st
             "allowed with --quick: default. Drop --quick (the full setting) and give small budgets with --set steps=...")
     base_overrides = {**setting.overrides, **extra}
     cache_dir = args.cache_dir or (str(out / "testbed-cache") if setting.cache_in_out else None)
+    if cache_dir:  # absolute in every run's config.yaml, which may be reused from another directory
+        cache_dir = str(Path(cache_dir).expanduser().absolute())
     arms = make_arms(setting.__class__(**{**setting.__dict__, "overrides": base_overrides}))
     names = _arm_names(args.arms, comparisons, setting, arms)
     _refuse_per_run_sets(set(configio.parse_sets(args.set)), [arms[n] for n in names], cache_dir)

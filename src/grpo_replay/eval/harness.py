@@ -56,6 +56,9 @@ class EvalSettings:
         bad = [k for k in self.ks if k < 1 or k > self.sampling.n]
         if bad:
             raise UsageError(f"k values {bad} are invalid: each k must satisfy 1 <= k <= n={self.sampling.n}")
+        twice = sorted({k for k in self.ks if list(self.ks).count(k) > 1})
+        if twice:  # the table would hold one column for both, and the settings recorded list it twice
+            raise UsageError(f"k values {twice} are given twice in {list(self.ks)}; give each k once")
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:

@@ -61,6 +61,8 @@ class BenchSettings:
             bad("n", "an integer >= 1 (samples per problem)")
         if not self.ks or any(k < 1 or k > self.n for k in self.ks):
             raise UsageError(f"--eval-k={list(self.ks)} is invalid; allowed: integers 1 <= k <= --eval-n={self.n}")
+        if len(set(self.ks)) != len(self.ks):
+            raise UsageError(f"--eval-k={list(self.ks)} is invalid; allowed: each k once")
         if self.backend not in EVAL_BACKENDS:
             bad("backend", ", ".join(EVAL_BACKENDS))
         if self.limit is not None and self.limit < 1:

@@ -24,15 +24,21 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..app import configio
+from ..errors import ConfigError
 from . import continuation
 from .arms import Arm, seed_overrides
 
-# Keys that do not change what a run computes (excluded from the run-directory hash). drift_probe only adds the
-# drift/* diagnostic to metrics.jsonl (forked RNG, a no-grad pass): runs made before it existed keep their hash.
-_UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to", "drift_probe")
+# Keys that change nothing a run computes or writes into its results, only where its files go, where the warm start
+# is cached, what is printed while it runs and which trackers get a copy of its rows: excluded from the run-directory
+# hash, and from the settings a report says its runs share (a reused run may have had other values). A tracker
+# asked for that a started run lacks is refused (`_refuse_missing_trackers`): its logs cannot be added afterwards.
+UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to")
 # Keys hashed only away from their default: a run that leaves them alone computes what a run made before they existed
 # did (the update and the generation are the same code path), so it keeps that run's hash and directory.
-_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10}
+# drift_probe adds the drift/* columns: a run without them lacks what was asked.
+_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10, "drift_probe": 0}
+# Hashed only since then: a finished run under the hash without them is reused when its config holds the values asked.
+_HASHED_LATER = ("drift_probe",)
 
 
 @dataclass
@@ -60,12 +66,12 @@ class RunSpec:
             return 0
 
 
-def config_hash(overrides: dict) -> str:
+def config_hash(overrides: dict, unhashed: tuple[str, ...] = UNHASHED) -> str:
     """Short hash of the fully resolved TrainConfig (defaults included), minus keys that do not change results."""
     from ..trainer.train_config import resolve
 
     flat = configio.flatten(resolve(overrides).to_dict())
-    for k in _UNHASHED:
+    for k in unhashed:
         flat.pop(k, None)
     for k, default in _HASHED_WHEN_SET.items():
         if flat.get(k) == default:
@@ -84,11 +90,53 @@ def plan(
             ov = {**base_overrides, **arm.overrides, **seed_overrides(seed), "progress": False}
             if cache_dir:
                 ov["testbed.cache_dir"] = str(cache_dir)
-            run_dir = out / "runs" / arm.name / f"seed{seed}-{config_hash(ov)}"
+            run_dir = _run_dir(out / "runs" / arm.name, seed, ov)
             ov["out_dir"] = str(run_dir)
             _check_backend(ov)
             specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"]), continuation.lineage(ov)))
+    _refuse_missing_trackers(specs)
     return specs
+
+
+def _refuse_missing_trackers(specs: list[RunSpec]) -> None:
+    """ConfigError when a planned run already started (its config.yaml is there) without a tracker now asked for:
+    the run would be reused or resumed, and the tracker would miss its earlier rows."""
+    from ..trainer.train_config import resolve
+
+    lacking = []
+    for s in specs:
+        asked = set(resolve(s.overrides).report_to.split(",")) - {"none"}
+        if not asked or not (s.run_dir / "config.yaml").is_file():
+            continue
+        try:
+            made = set(resolve(yaml_path=str(s.run_dir / "config.yaml")).report_to.split(","))
+        except (ValueError, TypeError, RecursionError):
+            continue  # not readable as a config: the run's own start refuses the directory
+        if asked - made:
+            lacking.append((s.run_dir, sorted(asked - made)))
+    if lacking:
+        run_dir, missing = lacking[0]
+        raise ConfigError(
+            f"report_to={','.join(sorted(asked))}: {len(lacking)} of the planned runs were started without "
+            f"{','.join(missing)} (e.g. {run_dir}), and a tracker cannot get a run's earlier rows afterwards; allowed: "
+            "the trackers those runs were made with, or a new --out for runs made with them")
+
+
+def _run_dir(arm_dir: Path, seed: int, overrides: dict) -> Path:
+    """seed{seed}-{hash}; a run made before `_HASHED_LATER` were hashed is found under the older hash and reused
+    when its config.yaml holds the values asked for."""
+    from ..trainer.train_config import resolve
+
+    new = arm_dir / f"seed{seed}-{config_hash(overrides)}"
+    old = arm_dir / f"seed{seed}-{config_hash(overrides, UNHASHED + _HASHED_LATER)}"
+    if old == new or new.exists() or not (old / "config.yaml").is_file():
+        return new
+    try:
+        made = resolve(yaml_path=str(old / "config.yaml")).flat()
+    except (ValueError, TypeError, RecursionError):  # unreadable: the run is not reused
+        return new
+    asked = resolve(overrides).flat()
+    return old if all(made[k] == asked[k] for k in _HASHED_LATER) else new
 
 
 def _check_backend(overrides: dict) -> None:

@@ -15,7 +15,7 @@ from .final_eval import BenchSettings
 from . import alternatives, contrasts, paired_view
 from .markdown import count as _k, table as _table
 from .claims import check_claims
-from .jobs import RunSpec
+from .jobs import UNHASHED, RunSpec
 from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
 
 
@@ -80,6 +80,16 @@ def _load_runs(specs: list[RunSpec]) -> tuple[dict[str, list[Run]], list[str]]:
     return runs, missing
 
 
+def shared_settings(specs: list[RunSpec]) -> dict[str, Any]:
+    """The overrides every planned run has with one value (an arm's or a seed's own are not shared), minus the keys
+    that change nothing in a run's results (`jobs.UNHASHED`): what the report can say of every run it reads."""
+    if not specs:
+        return {}
+    first = specs[0].overrides
+    return {k: v for k, v in first.items()
+            if k not in UNHASHED and all(k in s.overrides and s.overrides[k] == v for s in specs[1:])}
+
+
 def _header(specs, runs, missing, arms, labels, setting, command, extra_overrides, run_info) -> dict[str, Any]:
     """The results' description of what ran: command, setting, seeds, provenance, arms and warm starts; the
     sections after it are filled in by `build_report`."""
@@ -87,7 +97,7 @@ def _header(specs, runs, missing, arms, labels, setting, command, extra_override
         "title": _title(setting, extra_overrides),
         "command": command,
         "setting": setting.name,
-        "overrides": {**setting.overrides, **(extra_overrides or {})},
+        "overrides": shared_settings(specs),
         "seeds": sorted({s.seed for s in specs}),
         "confidence": CONFIDENCE,
         "power": POWER,  # of every claim's minimum detectable effect ("mde" beside each paired CI)

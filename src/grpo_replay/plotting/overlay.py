@@ -3,7 +3,7 @@ metrics.
 
 Panels: held-out accuracy vs generated rollouts, reward vs generated rollouts, replay share vs step, clip fraction
 of fresh (solid) and replayed (dashed) tokens vs step. Each run is labelled by its preset and seed (from its
-config.yaml). The table is printed and written beside the PNG as <out>.csv and <out>.json. A run that has not
+config.yaml), and runs that share those by the settings that tell them apart. The table is printed and written beside the PNG as <out>.csv and <out>.json. A run that has not
 finished (no summary.json, e.g. still training or killed) is plotted up to its last logged step and marked so.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -56,6 +57,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
             summary = None
     return {
         "run_dir": run_dir,
+        "config": _flat(cfg),
         "preset": cfg.get("preset", "?"),
         "seed": cfg.get("seed", "?"),
         "steps": cfg.get("steps"),
@@ -66,15 +68,53 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+# Where a run's files go and what it prints: never what tells two runs apart.
+_NOT_A_DIFFERENCE = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to")
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict[str, Any]:
+    """config.yaml's nested keys dotted (`replay.tau_max`)."""
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
 def label_runs(runs: list[dict]) -> None:
-    """'<preset> seed <seed>', with the distinguishing part of the path when two runs share it (compare's arms)."""
+    """'<preset> seed <seed>'; runs that share it get the settings that differ among them (a run's value is left
+    out where most of them have it: `paper seed 0 (update_epochs=3)`), and runs still alike the distinguishing part
+    of their path (compare's arms)."""
     base = [f"{r['preset']} seed {r['seed']}" for r in runs]
     paths = [str(r["run_dir"].resolve()) for r in runs]
     common = os.path.commonpath(paths) if len(paths) > 1 else str(Path(paths[0]).parent)
-    for r, b, p in zip(runs, base, paths):
-        rel = os.path.relpath(p, common)  # "." for the run whose directory holds the others: its own path then
-        tag = f" ({rel if rel != '.' else r['run_dir']})" if base.count(b) > 1 else ""
-        r["label"] = b + tag + ("" if r["finished"] else f" [unfinished: step {r['steps_done']}/{r['steps']}]")
+    tags = [""] * len(runs)
+    for b in set(base):
+        group = [i for i, x in enumerate(base) if x == b]
+        if len(group) > 1:
+            for i, t in zip(group, _differences([runs[i]["config"] for i in group])):
+                tags[i] = t
+    alike = Counter(zip(base, tags))
+    for r, b, p, t in zip(runs, base, paths, tags):
+        if alike[b, t] > 1:
+            rel = os.path.relpath(p, common)  # "." for the run whose directory holds the others: its own path then
+            t = ", ".join(filter(None, [t, rel if rel != "." else str(r["run_dir"])]))
+        r["label"] = b + (f" ({t})" if t else "") + ("" if r["finished"] else f" [unfinished: step {r['steps_done']}/{r['steps']}]")
+
+
+def _differences(configs: list[dict]) -> list[str]:
+    """Per config, `key=value` of each key whose value differs among them, unless it is the one value most of them
+    hold."""
+    tags: list[list[str]] = [[] for _ in configs]
+    for k in sorted({k for c in configs for k in c} - set(_NOT_A_DIFFERENCE)):
+        values = [json.dumps(c.get(k), sort_keys=True) for c in configs]
+        counts = Counter(values).most_common()
+        if len(counts) == 1:
+            continue
+        usual = counts[0][0] if counts[0][1] > counts[1][1] else None
+        for t, c, v in zip(tags, configs, values):
+            if v != usual:
+                t.append(f"{k}={c.get(k) if isinstance(c.get(k), str) else v}")
+    return [", ".join(t) for t in tags]
 
 
 def _mean(xs: list) -> Optional[float]:

@@ -41,7 +41,7 @@ def check_data_rows(cfg: TrainConfig) -> None:
     from ..app.data import load_problems
     from ..tasks.word_sums import is_word_sums
 
-    if cfg.heldout_data or is_word_sums(cfg.data) or not Path(cfg.data).exists():
+    if cfg.heldout_data or is_word_sums(cfg.data) or not Path(cfg.data).expanduser().exists():
         return
     n = len(load_problems(cfg.data, split="train"))
     if n <= cfg.eval_problems:

@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..advantage import SCALES
 from ..config import PRESETS, ReplayConfig, refuse_options
 from ..loss import LossConfig
+from ..validation import MAX_SEED
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
@@ -25,9 +26,6 @@ GENERATORS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "bf16", "fp32")
 DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
-# np.random.seed (used by transformers' set_seed under --backend trl) takes 0..2**32-1; the run adds small offsets
-# (evaluation, drift probe) to its seed, so the top of the range is left free.
-MAX_SEED = 2**31 - 1
 
 
 @dataclass
@@ -216,7 +214,7 @@ class TrainConfig:
             prefix = ("trl-" if self.backend == "trl" else "") + (
                 f"{self.testbed_preset}-" if self.testbed_preset != "default" else "")
             template = f"runs/{prefix}{{preset}}-seed{{seed}}"
-        return Path(template.format(preset=self.preset, seed=self.seed))
+        return Path(template.format(preset=self.preset, seed=self.seed)).expanduser()  # `~/runs/x`, as the shell would
 
     def completion_budget(self) -> int:
         if self.max_new_tokens:
@@ -301,4 +299,19 @@ def resolve(overrides: Mapping[str, Any] | None = None, yaml_path: str | None = 
             if key in layer:
                 checked.update(_preset_values(key, layer[key]))
         checked.update(layer)
+    _check_testbed_task(checked)
     return configio.build(TrainConfig, checked)
+
+
+def _check_testbed_task(checked: Mapping[str, Any]) -> None:
+    """A testbed.task other than the named testbed's, refused naming both keys (the testbed's own check would
+    name the first of its fields the other task cannot use)."""
+    named = checked.get("testbed_preset", "default")
+    task = TestbedConfig.named(named).task
+    asked = checked.get("testbed.task", task)
+    if named == "default" or asked == task:
+        return
+    others = [n for n in TESTBED_PRESETS if TestbedConfig.named(n).task == asked]
+    raise ConfigError(
+        f"testbed.task={asked!r} is invalid with testbed_preset={named!r} (--testbed {named}), which is the {task} "
+        f"task; allowed: testbed.task={task}" + (f", or testbed_preset={'|'.join(others)} for the {asked} task" if others else ""))

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...validation import MAX_SEED
+
 #: Bump when the task format, tokenizer or warm-start procedure changes in a way that
 #: invalidates cached checkpoints.
 # v2: a warm start cut short by the wall-clock cap is not cached (a v1 cache may hold such a machine-speed-
@@ -231,16 +233,22 @@ def validate_testbed(cfg: TestbedConfig) -> None:
     if cfg.task not in TASKS:
         raise ValueError(f"TestbedConfig.task={cfg.task!r} is invalid; allowed: {', '.join(TASKS)}")
     if not 1 <= cfg.digits_min <= cfg.digits_max <= 9:
-        raise ValueError("need 1 <= digits_min <= digits_max <= 9")
+        raise ValueError(f"TestbedConfig.digits_min={cfg.digits_min}, digits_max={cfg.digits_max} is invalid; "
+                         "allowed: 1 <= digits_min <= digits_max <= 9")
+    if not 2 <= cfg.operands_min <= cfg.operands_max <= 20:
+        raise ValueError(f"TestbedConfig.operands_min={cfg.operands_min}, operands_max={cfg.operands_max} is invalid; "
+                         "allowed: 2 <= operands_min <= operands_max <= 20")
     if cfg.task == "running_sum":
-        if not 2 <= cfg.operands_min <= cfg.operands_max <= 20:
-            raise ValueError("running_sum needs 2 <= operands_min <= operands_max <= 20")
         if len(cfg.difficulty_weights) != cfg.operands_max - cfg.operands_min + 1:
-            raise ValueError("difficulty_weights needs one weight per level operands_min..operands_max (running_sum)")
+            raise ValueError(_weights_error(cfg, "operands_min..operands_max", cfg.operands_min, cfg.operands_max))
         if cfg.three_operand_prob > 0:
             raise ValueError("three_operand_prob is an addition-task option; running_sum sets operands_min/max")
     elif len(cfg.difficulty_weights) != cfg.digits_max - cfg.digits_min + 1:
-        raise ValueError("difficulty_weights needs one weight per level digits_min..digits_max")
+        raise ValueError(_weights_error(cfg, "digits_min..digits_max", cfg.digits_min, cfg.digits_max))
+    elif (cfg.operands_min, cfg.operands_max) != (_HASHED_WHEN_SET["operands_min"], _HASHED_WHEN_SET["operands_max"]):
+        raise ValueError(f"TestbedConfig.operands_min={cfg.operands_min}, operands_max={cfg.operands_max} is invalid "
+                         "with task='addition' (two operands of digits_min..digits_max digits); allowed: the defaults "
+                         "3 and 8, or task='running_sum'")
     _validate_ranges(cfg)
     if cfg.model_type not in ("llama", "qwen2"):
         raise ValueError("model_type must be 'llama' or 'qwen2'")
@@ -248,6 +256,11 @@ def validate_testbed(cfg: TestbedConfig) -> None:
         raise ValueError("bad target pass-rate window")
     if cfg.warmstart_max_seconds is not None and not cfg.warmstart_max_seconds > 0:
         raise ValueError("TestbedConfig.warmstart_max_seconds must be None (no cap) or a number of seconds > 0")
+
+
+def _weights_error(cfg: TestbedConfig, levels: str, low: int, high: int) -> str:
+    return (f"TestbedConfig.difficulty_weights has {len(cfg.difficulty_weights)} weights for task={cfg.task!r}, whose "
+            f"levels are {levels} = {low}..{high}; allowed: one weight per level ({high - low + 1})")
 
 
 def _bad(cfg: TestbedConfig, name: str, allowed: str) -> None:
@@ -263,15 +276,28 @@ def _validate_ranges(cfg: TestbedConfig) -> None:
         _bad(cfg, "three_operand_prob", "a number in [0, 1)")
     if not cfg.working_prob or not all(0.0 <= x <= 1.0 for x in cfg.working_prob):
         _bad(cfg, "working_prob", "a non-empty list of probabilities in [0, 1] (one per level; the last is reused)")
-    if cfg.heldout_mod < 1:
-        _bad(cfg, "heldout_mod", "an integer >= 1 (a prompt is held out when its hash is 0 mod this)")
-    if cfg.max_new_tokens < 1:
-        _bad(cfg, "max_new_tokens", "an integer >= 1")
-    for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+    if cfg.heldout_mod < 2:  # 1 holds out every prompt of level >= 2: training draws would never find one
+        _bad(cfg, "heldout_mod", "an integer >= 2 (a prompt is held out when its hash is 0 mod this)")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        _bad(cfg, "seed", f"an integer in 0..{MAX_SEED} (numpy's generators take no negative seed)")
+    if not 1 <= cfg.three_operand_digits <= 9:
+        _bad(cfg, "three_operand_digits", "an integer in 1..9")
+    for name in ("max_new_tokens", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                 "max_position_embeddings", "warmstart_batch", "warmstart_eval_every", "warmstart_eval_problems"):
         if getattr(cfg, name) < 1:
             _bad(cfg, name, "an integer >= 1")
+    for name in ("warmstart_max_steps", "warmstart_min_steps", "progress_every"):
+        if getattr(cfg, name) < 0:
+            _bad(cfg, name, "an integer >= 0")
+    if not (math.isfinite(cfg.warmstart_lr) and cfg.warmstart_lr > 0):
+        _bad(cfg, "warmstart_lr", "a finite number > 0")
+    if not (math.isfinite(cfg.warmstart_weight_decay) and cfg.warmstart_weight_decay >= 0):
+        _bad(cfg, "warmstart_weight_decay", "a finite number >= 0")
     if cfg.hidden_size % cfg.num_heads:
         _bad(cfg, "num_heads", f"a divisor of hidden_size={cfg.hidden_size} (each head gets hidden_size / num_heads)")
+    if (cfg.hidden_size // cfg.num_heads) % 2:
+        _bad(cfg, "num_heads", f"a divisor of hidden_size={cfg.hidden_size} that leaves each head an even width "
+             "(rotary position embeddings turn pairs of dimensions)")
 
 
 # The tiny testbed (`grpo-replay compare --quick` and the test suite's), as `--set` keys: 1-digit sums, width 32, an 80-step warm start reaching about 12 %
