@@ -89,7 +89,9 @@ def test_a_card_too_small_and_an_old_driver_are_refused(tmp_path):
     old = Host(gpus=1, gpu_memory=143771 * 2**20, driver="570.86.15", torch="2.13.0+cu130", torch_cuda="13.0",
                vllm="0.31.0")
     refused = resolve(launch, old, None).refusals
-    assert [r.field for r in refused] == ["NVIDIA driver"] and ">= 580" in refused[0].fix or "580" in refused[0].problem
+    assert [r.field for r in refused] == ["NVIDIA driver"]
+    assert "older than the 580 CUDA 13.0 builds of torch 2.13.0+cu130 need" in refused[0].problem
+    assert refused[0].fix.startswith("install NVIDIA driver >= 580")
 
 
 def test_a_run_directory_with_another_runs_results_is_refused(tmp_path):

@@ -75,11 +75,14 @@ def _train(argv: list[str], host, gpu_memory):
     from . import train
 
     args = _parse(train, argv, "grpo-replay train")
-    cfg = train.config_from_args(args, machine=False)  # this host may not be the GPU host the launch is for
     report = Report("grpo-replay train " + " ".join(argv))
+    try:
+        cfg = train.config_from_args(args, machine=False)  # this host may not be the GPU host the launch is for
+    except UsageError as e:  # a setting the command itself refuses
+        report.refuse_error(e)
+        return report
     check_train(cfg, host, gpu_memory, report)
     return report
-
 
 
 def _compare(argv: list[str], host, gpu_memory):

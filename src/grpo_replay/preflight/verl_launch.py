@@ -76,11 +76,17 @@ def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[
     """The report of the verl entry point called with `overrides`."""
     report = Report(launch)
     ov = overrides_dict(overrides)
-    get = lambda key: ov.get(key, VERL_DEFAULTS.get(key))  # noqa: E731
+    config = _compose(ov, report)
+
+    def get(key):  # the composed config's value where verl is installed, else the override or verl's default
+        if config is not None:
+            from omegaconf import OmegaConf
+
+            return str(OmegaConf.select(config, key))
+        return ov.get(key, VERL_DEFAULTS.get(key))
     nodes, per_node = int(get("trainer.nnodes")), int(ov.get("trainer.n_gpus_per_node", 8))
     check_stack(host, "verl", True, per_node, report)
     report.add("processes", f"{nodes} node(s) x {per_node} GPU(s) (trainer.nnodes, trainer.n_gpus_per_node)")
-    _compose(ov, report)
     _check_share(ov, nodes * per_node, report)
     _check_memory(ov, nodes * per_node, host, gpu_memory, report)
     _check_seeds(ov, get, report)
@@ -95,14 +101,14 @@ def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[
     return report
 
 
-def _compose(ov: dict, report: Report) -> None:
-    """Hydra's composition and the entry point's own check, where verl is installed."""
+def _compose(ov: dict, report: Report):
+    """Hydra's composition and the entry point's own check, where verl is installed: the config, or None."""
     import importlib.util
 
     if importlib.util.find_spec("verl") is None:
         report.add("config", "verl is not installed here: the overrides are read as the launcher passes them; run "
                              "the preflight in the verl environment for the entry point's own config check")
-        return
+        return None
     from hydra import compose, initialize_config_module
 
     from ..integrations.verl.main import check_config
@@ -114,6 +120,7 @@ def _compose(ov: dict, report: Report) -> None:
         report.add("config", "composed by Hydra and accepted by the entry point's check_config")
     except ValueError as e:
         report.refuse_error(e)
+    return config
 
 
 def _replay_config(ov: dict):
@@ -132,7 +139,14 @@ def _replay_config(ov: dict):
 def _check_share(ov: dict, gpus: int, report: Report):
     import math
 
-    cfg, values = _replay_config(ov)
+    from ..errors import UsageError
+
+    try:
+        cfg, values = _replay_config(ov)
+    except UsageError as e:
+        if not any(r.field.startswith("ReplayConfig") or "replay" in r.field for r in report.refusals):
+            report.refuse_error(e)
+        return None
     n = int(ov.get("actor_rollout_ref.rollout.n", 1))
     rows = int(ov.get("data.train_batch_size", 0)) * n
     if not rows:
@@ -180,6 +194,8 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
 
 def _check_seeds(ov: dict, get, report: Report) -> None:
     seeds = {k: get(k) for k in ("replay.seed", "data.seed", "actor_rollout_ref.rollout.seed")}
+    if seeds["replay.seed"] in (None, "None"):  # not composed: the replay group's own default
+        seeds["replay.seed"] = ov.get("replay.seed", 0)
     report.add("seeds", ", ".join(f"{k}={v}" for k, v in seeds.items()))
     if "replay.seed" in ov and str(get("data.seed")) in ("null", "None", ""):
         report.refuse("data.seed", "the launch sets replay.seed but not data.seed: every seed sees one prompt order "
