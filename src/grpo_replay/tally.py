@@ -1,0 +1,120 @@
+"""`Tally`: one update's replay metrics as sums, counts and maxima, turned into `metric_names`' vocabulary once.
+
+Every trainer logs the same names from the same arithmetic: each process tallies its own rows, a backend with
+several processes all-reduces the tallies (sums added, maxima taken: `Tally.merge`), and `metrics()` divides. The
+means divide in float32, as `torch.mean` of a float32 tensor does, so a one-process tally reads exactly as the
+mean over the rows would.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+
+from . import metric_names as mn
+from .rollout import RolloutBatch
+
+KINDS = ("fresh", "replay")
+# Summed over processes; everything in MAXES is the maximum over processes.
+SUMS = tuple(f"{k}/{x}" for k in KINDS for x in ("rows", "abs_adv", "reward", "tokens", "ratio", "clipped")) + (
+    "replay/age", "groups", "zero_variance_groups", "replay/drift", "replay/drift_rows", "replay/dropped")
+MAXES = ("replay/age_max", "fresh/ratio_max", "replay/ratio_max", "replay/drift_max")
+
+
+class Tally(dict):
+    """str -> float: the keys of `SUMS` and `MAXES` that were measured (a key not measured is absent, so the
+    metric it feeds is absent rather than 0), plus `replay/age_hist` (one process's ages; not merged)."""
+
+    @classmethod
+    def of(cls, batch: RolloutBatch, step: int, *, groups: Optional[int] = None,
+           zero_variance_groups: Optional[int] = None, drift: Optional[torch.Tensor] = None,
+           dropped: Optional[torch.Tensor] = None) -> "Tally":
+        """Rows, |A|, rewards and ages (at `step`) of an update batch by kind; `groups` generated this step of
+        which `zero_variance_groups` had no reward variance; `drift` (B,) per row and `dropped` (B,) bool under
+        max_drift."""
+        t = cls()
+        rep = batch.is_replay.cpu()
+        for kind, rows in zip(KINDS, (~rep, rep)):
+            k = int(rows.sum())
+            t[f"{kind}/rows"] = float(k)
+            if k:
+                t[f"{kind}/abs_adv"] = float(batch.advantages.cpu()[rows].abs().sum())
+                t[f"{kind}/reward"] = float(batch.rewards.cpu()[rows].float().sum())
+        if bool(rep.any()):
+            ages = batch.age(step).cpu()[rep]
+            t["replay/age"] = float(ages.float().sum())
+            t["replay/age_max"] = float(ages.max())
+            t["replay/age_hist"] = torch.bincount(ages.clamp(min=0)).tolist()
+        if groups is not None:
+            t["groups"] = float(groups)
+            t["zero_variance_groups"] = float(zero_variance_groups or 0)
+        if dropped is not None:
+            t["replay/dropped"] = float(dropped.cpu().sum())
+        if drift is not None and bool(rep.any()):
+            d = drift.detach().cpu()[rep]
+            t["replay/drift"], t["replay/drift_rows"] = float(d.sum()), float(len(d))
+            t["replay/drift_max"] = float(d.max())
+        return t
+
+    def add_clip(self, kind: str, ratio: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> None:
+        """PPO-clip statistics of one kind's counted tokens: ratio sum and max, clipped tokens, tokens (summed
+        over calls: micro-batches)."""
+        m = mask.bool()
+        r, c = ratio[m].detach().float().cpu(), clipped[m].cpu()
+        if not r.numel():
+            return
+        self[f"{kind}/tokens"] = self.get(f"{kind}/tokens", 0.0) + float(r.numel())
+        self[f"{kind}/ratio"] = self.get(f"{kind}/ratio", 0.0) + float(r.sum())
+        self[f"{kind}/clipped"] = self.get(f"{kind}/clipped", 0.0) + float(c.float().sum())
+        self[f"{kind}/ratio_max"] = max(self.get(f"{kind}/ratio_max", float("-inf")), float(r.max()))
+
+    def flat(self) -> dict[str, float]:
+        """The mergeable entries (the age histogram left out)."""
+        return {k: v for k, v in self.items() if k in SUMS or k in MAXES}
+
+    @classmethod
+    def merge(cls, per_process: Mapping[str, Iterable[float]]) -> "Tally":
+        """key -> every process's value (a gathered tensor or a list): sums added, maxima taken."""
+        t = cls()
+        for k, vals in per_process.items():
+            vals = [float(v) for v in vals]
+            t[k] = max(vals) if k in MAXES else sum(vals)
+        return t
+
+    def metrics(self) -> dict[str, Any]:
+        """The metrics row's replay entries under `metric_names`' names."""
+        out: dict[str, Any] = {}
+        fresh, replay = int(self.get("fresh/rows", 0)), int(self.get("replay/rows", 0))
+        out[mn.REPLAY_SHARE] = _div(replay, fresh + replay) if fresh + replay else 0.0
+        for kind, n in zip(KINDS, (fresh, replay)):
+            out[f"{kind}/count"] = n
+            if not n:
+                # No rows of this kind (replay before its warm-up): a ratio of 1.0 or an age of 0 written here would be
+                # averaged into every curve as if replay had been on-policy; the count alone says it.
+                continue
+            for name in ("abs_adv", "reward"):
+                if f"{kind}/{name}" in self:
+                    out[f"{kind}/{name}"] = _div(self[f"{kind}/{name}"], n)
+            tokens = self.get(f"{kind}/tokens", 0.0)
+            if tokens:
+                out[f"{kind}/ratio_mean"] = _div(self[f"{kind}/ratio"], tokens)
+                out[f"{kind}/ratio_max"] = self[f"{kind}/ratio_max"]
+                out[f"{kind}/clip_frac"] = _div(self[f"{kind}/clipped"], tokens)
+        if replay and "replay/age" in self:
+            out[mn.REPLAY_AGE_MEAN] = _div(self["replay/age"], replay)
+            out[mn.REPLAY_AGE_MAX] = int(self["replay/age_max"])
+            if "replay/age_hist" in self:
+                out[mn.REPLAY_AGE_HIST] = self["replay/age_hist"]
+        if self.get("groups"):
+            out[mn.ZERO_VARIANCE_SHARE] = 1.0 - _div(self["groups"] - self["zero_variance_groups"], self["groups"])
+        if "replay/dropped" in self:
+            out[mn.REPLAY_DRIFT_DROPPED] = int(self["replay/dropped"])
+        if self.get("replay/drift_rows"):
+            out[mn.REPLAY_DRIFT_MEAN] = _div(self["replay/drift"], self["replay/drift_rows"])
+            out[mn.REPLAY_DRIFT_MAX] = self["replay/drift_max"]
+        return out
+
+
+def _div(num: float, den: float) -> float:
+    """num / den in float32, as `torch.mean` divides a float32 sum (so a tally of one process reads as the mean)."""
+    return float(torch.tensor(num, dtype=torch.float32) / den)
