@@ -15,41 +15,63 @@ from . import metric_names as mn
 from .rollout import RolloutBatch
 
 KINDS = ("fresh", "replay")
-# Summed over processes; everything in MAXES is the maximum over processes.
-SUMS = tuple(f"{k}/{x}" for k in KINDS for x in ("rows", "abs_adv", "reward", "tokens", "ratio", "clipped")) + (
-    "replay/age", "groups", "zero_variance_groups", "replay/drift", "replay/drift_rows", "replay/dropped")
+# Each group of keys is measured together (all present or none), so every process of a run sends the same keys;
+# the keys of MAXES are merged by their maximum, all others summed.
+ROW_KEYS = tuple(f"{k}/{x}" for k in KINDS for x in ("rows", "abs_adv")) + ("replay/age", "replay/age_max")
+REWARD_KEYS = tuple(f"{k}/reward" for k in KINDS)
+CLIP_KEYS = tuple(f"{k}/{x}" for k in KINDS for x in ("tokens", "ratio", "clipped", "ratio_max"))
+GROUP_KEYS = ("groups", "zero_variance_groups")
+DRIFT_KEYS = ("replay/dropped", "replay/drift", "replay/drift_rows", "replay/drift_max")
 MAXES = ("replay/age_max", "fresh/ratio_max", "replay/ratio_max", "replay/drift_max")
 
 
 class Tally(dict):
-    """str -> float: the keys of `SUMS` and `MAXES` that were measured (a key not measured is absent, so the
-    metric it feeds is absent rather than 0), plus `replay/age_hist` (one process's ages; not merged)."""
+    """str -> float: the key groups measured (`ROW_KEYS`, `REWARD_KEYS`, `CLIP_KEYS`, `GROUP_KEYS`, `DRIFT_KEYS`), plus
+    `replay/age_hist` (one process's ages; not merged). A metric whose rows or tokens count is 0 is left out."""
 
     @classmethod
     def of(cls, batch: RolloutBatch, step: int, *, groups: Optional[int] = None,
            zero_variance_groups: Optional[int] = None, drift: Optional[torch.Tensor] = None,
            dropped: Optional[torch.Tensor] = None) -> "Tally":
         """Rows, |A|, rewards and ages (at `step`) of an update batch by kind; `groups` generated this step of
-        which `zero_variance_groups` had no reward variance; `drift` (B,) per row and `dropped` (B,) bool under
-        max_drift."""
-        t = cls()
-        rep = batch.is_replay.cpu()
-        for kind, rows in zip(KINDS, (~rep, rep)):
-            k = int(rows.sum())
-            t[f"{kind}/rows"] = float(k)
-            if k:
-                t[f"{kind}/abs_adv"] = float(batch.advantages.cpu()[rows].abs().sum())
-                t[f"{kind}/reward"] = float(batch.rewards.cpu()[rows].float().sum())
-        if bool(rep.any()):
-            ages = batch.age(step).cpu()[rep]
-            t["replay/age"] = float(ages.float().sum())
-            t["replay/age_max"] = float(ages.max())
-            t["replay/age_hist"] = torch.bincount(ages.clamp(min=0)).tolist()
+        which `zero_variance_groups` had no reward variance (the unit is the caller's: rows of whole groups
+        give the same share); `dropped` (B,) bool and `drift` (B,) per row under max_drift."""
+        t = cls.of_values(batch.is_replay, batch.advantages, batch.rewards, batch.age(step))
         if groups is not None:
             t["groups"] = float(groups)
             t["zero_variance_groups"] = float(zero_variance_groups or 0)
         if dropped is not None:
-            t["replay/dropped"] = float(dropped.cpu().sum())
+            t.update(cls.of_drift(batch, drift, dropped))
+        return t
+
+    @classmethod
+    def of_values(cls, is_replay: torch.Tensor, advantages: torch.Tensor, rewards: Optional[torch.Tensor],
+                  ages: torch.Tensor) -> "Tally":
+        """`of` from the per-row values themselves ((B,) each; ages of the replayed rows in the engine's unit),
+        for an engine whose rows are not a `RolloutBatch`; rewards None: not tallied."""
+        t = cls(_empty(ROW_KEYS + (REWARD_KEYS if rewards is not None else ())))
+        rep = is_replay.cpu()
+        for kind, rows in zip(KINDS, (~rep, rep)):
+            k = int(rows.sum())
+            t[f"{kind}/rows"] = float(k)
+            if k:
+                t[f"{kind}/abs_adv"] = float(advantages.cpu()[rows].abs().sum())
+                if rewards is not None:
+                    t[f"{kind}/reward"] = float(rewards.cpu()[rows].float().sum())
+        if bool(rep.any()):
+            a = ages.cpu()[rep]
+            t["replay/age"] = float(a.float().sum())
+            t["replay/age_max"] = float(a.max())
+            t["replay/age_hist"] = torch.bincount(a.clamp(min=0)).tolist()
+        return t
+
+    @classmethod
+    def of_drift(cls, batch: RolloutBatch, drift: Optional[torch.Tensor], dropped: torch.Tensor) -> "Tally":
+        """The drift bound's keys: rows `dropped` ((B,) bool), and the drift ((B,), None when not measured) of
+        the replayed rows of `batch`."""
+        t = cls(_empty(DRIFT_KEYS))
+        t["replay/dropped"] = float(dropped.cpu().sum())
+        rep = batch.is_replay.cpu()
         if drift is not None and bool(rep.any()):
             d = drift.detach().cpu()[rep]
             t["replay/drift"], t["replay/drift_rows"] = float(d.sum()), float(len(d))
@@ -59,18 +81,20 @@ class Tally(dict):
     def add_clip(self, kind: str, ratio: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> None:
         """PPO-clip statistics of one kind's counted tokens: ratio sum and max, clipped tokens, tokens (summed
         over calls: micro-batches)."""
+        for k, v in _empty(CLIP_KEYS).items():
+            self.setdefault(k, v)
         m = mask.bool()
         r, c = ratio[m].detach().float().cpu(), clipped[m].cpu()
         if not r.numel():
             return
-        self[f"{kind}/tokens"] = self.get(f"{kind}/tokens", 0.0) + float(r.numel())
-        self[f"{kind}/ratio"] = self.get(f"{kind}/ratio", 0.0) + float(r.sum())
-        self[f"{kind}/clipped"] = self.get(f"{kind}/clipped", 0.0) + float(c.float().sum())
-        self[f"{kind}/ratio_max"] = max(self.get(f"{kind}/ratio_max", float("-inf")), float(r.max()))
+        self[f"{kind}/tokens"] += float(r.numel())
+        self[f"{kind}/ratio"] += float(r.sum())
+        self[f"{kind}/clipped"] += float(c.float().sum())
+        self[f"{kind}/ratio_max"] = max(self[f"{kind}/ratio_max"], float(r.max()))
 
     def flat(self) -> dict[str, float]:
-        """The mergeable entries (the age histogram left out)."""
-        return {k: v for k, v in self.items() if k in SUMS or k in MAXES}
+        """The mergeable entries (the age histogram left out): the same keys on every process of a run."""
+        return {k: v for k, v in self.items() if k != mn.REPLAY_AGE_HIST}
 
     @classmethod
     def merge(cls, per_process: Mapping[str, Iterable[float]]) -> "Tally":
@@ -85,10 +109,13 @@ class Tally(dict):
         """The metrics row's replay entries under `metric_names`' names."""
         out: dict[str, Any] = {}
         fresh, replay = int(self.get("fresh/rows", 0)), int(self.get("replay/rows", 0))
-        out[mn.REPLAY_SHARE] = _div(replay, fresh + replay) if fresh + replay else 0.0
+        rows = "fresh/rows" in self  # a tally of rows, not only of a loss's tokens (`add_clip`)
+        if rows:
+            out[mn.REPLAY_SHARE] = _div(replay, fresh + replay) if fresh + replay else 0.0
         for kind, n in zip(KINDS, (fresh, replay)):
-            out[f"{kind}/count"] = n
-            if not n:
+            if rows:
+                out[f"{kind}/count"] = n
+            if rows and not n:
                 # No rows of this kind (replay before its warm-up): a ratio of 1.0 or an age of 0 written here would be
                 # averaged into every curve as if replay had been on-policy; the count alone says it.
                 continue
@@ -113,6 +140,10 @@ class Tally(dict):
             out[mn.REPLAY_DRIFT_MEAN] = _div(self["replay/drift"], self["replay/drift_rows"])
             out[mn.REPLAY_DRIFT_MAX] = self["replay/drift_max"]
         return out
+
+
+def _empty(keys: tuple[str, ...]) -> dict[str, float]:
+    return {k: (float("-inf") if k in MAXES else 0.0) for k in keys}
 
 
 def _div(num: float, den: float) -> float:

@@ -34,8 +34,7 @@ from ...config import ReplayConfig, refuse_options
 from ...errors import ConfigError
 from .async_composer import AsyncComposer, chunk_size
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
-from .replay_async_config import check_age_bound
-from .replay_grpo_config import TRL_REFUSED
+from .replay_async_config import ASYNC_REFUSED, check_age_bound
 
 logger = get_logger(__name__)
 
@@ -54,7 +53,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
             to_cfg = getattr(targs, "to_replay_config", None)
             replay_config = to_cfg() if to_cfg is not None else ReplayConfig.paper()
         # Refused before AsyncGRPOTrainer loads anything.
-        refuse_options(replay_config, "TRL", TRL_REFUSED)
+        refuse_options(replay_config, "TRL async", ASYNC_REFUSED)
         staleness = targs.max_staleness if targs is not None else AsyncGRPOConfig.max_staleness
         age_bound = check_age_bound(replay_config, staleness)
         if replay_config.enabled and getattr(worker, "provides_behaviour_logps", True) is False:
