@@ -168,6 +168,27 @@ class ReplaySession:
         self.buffer = ReplayBuffer.load(path, config=self.buffer.config)
         self.pending = []
 
+    def pending_state(self) -> list[dict[str, torch.Tensor]]:
+        """The waiting rows as tensors only (what `torch.load(weights_only=True)` reads back), for an engine that
+        checkpoints while rows wait (`load_pending` restores them)."""
+        out = []
+        for rows, keys in self.pending:
+            entry = {f.name: getattr(rows, f.name) for f in dataclasses.fields(RolloutBatch)
+                     if getattr(rows, f.name) is not None}
+            if keys is not None:
+                entry["prompt_keys"] = torch.from_numpy(keys)
+            out.append(entry)
+        return out
+
+    def load_pending(self, state: list[dict[str, torch.Tensor]]) -> None:
+        """Restore `pending_state`; each entry is checked as a `RolloutBatch` (ValueError naming the field)."""
+        pending = []
+        for entry in state:
+            entry = dict(entry)
+            keys = entry.pop("prompt_keys", None)
+            pending.append((RolloutBatch(**entry), None if keys is None else keys.numpy().astype(np.int64)))
+        self.pending = pending
+
     def state_dict(self) -> dict[str, Any]:
         return self.buffer.state_dict()
 
