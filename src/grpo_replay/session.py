@@ -6,7 +6,8 @@ A trainer (the built-in loop, an engine adapter) drives it in the order of Algor
     for step ...:
         composed = session.compose(fresh, step, n_filtered)      # 4-6: evict, draw, compose
         ... update on composed.batch; drift = per-row drift measured on the update's forward (max_drift)
-        dropped = session.drop_drifted(composed.batch, drift)   # replayed rows above max_drift leave the buffer
+        dropped = session.drifted(composed.batch, drift)        # replayed rows above max_drift leave the loss
+        session.evict_drifted(composed.batch, dropped)          # ... and the buffer
         session.defer(fresh_rows_with_behaviour_logps)           # 7: rows wait for the update window to close
         session.flush(before=next_step)                          # ... and enter the buffer with their birth steps
         tally = session.tally(composed.batch, step, ...)         # sums and counts; a backend all-reduces them
@@ -35,7 +36,7 @@ from .config import ReplayConfig
 from .rollout import RolloutBatch, unchecked_batch
 from .tally import Tally
 
-__all__ = ["ReplaySession", "Tally", "effective_age_bound"]
+__all__ = ["ReplaySession", "effective_age_bound"]
 
 
 def effective_age_bound(tau_max: Optional[int], engine_bound: Optional[int]) -> Optional[int]:
@@ -50,8 +51,8 @@ class ReplaySession:
 
     `config`: the replay settings as the user gave them. `engine_age_bound`: the engine's own staleness bound in
     its age unit (TRL async's max_staleness, verl's off-policy bound), None when it has none; the buffer evicts by
-    `age_bound` = min(tau_max, it). `buffer_config` overrides what the buffer itself is built with (an engine
-    that counts warm-up in other units than ages, say), `storage` its row layout. `global_groups`: the engine's
+    `age_bound` = min(tau_max, it). `buffer_overrides` are `ReplayConfig` fields the buffer itself is built with
+    instead (an engine that counts warm-up in other units than ages, say), `storage` its row layout. `global_groups`: the engine's
     group ids are unique over the run (TRL async's), so rows of one group deferred in several batches stay one
     stored group; by default each deferred batch numbers its own groups (a generation's, from 0)."""
 
@@ -64,10 +65,6 @@ class ReplaySession:
         self.buffer = ReplayBuffer(config.replace(**changes) if changes else config, seed=seed, storage=storage)
         self.pending: list[tuple[RolloutBatch, Optional[np.ndarray]]] = []  # (rows, prompt keys) in arrival order
         self.inserted = 0  # rows inserted since `take_inserted` last read it
-
-    @property
-    def enabled(self) -> bool:
-        return self.config.enabled
 
     # --- Algorithm 1 steps 4-6 ------------------------------------------------------------------------
     def compose(self, fresh: RolloutBatch, step: int, n_filtered: Optional[int] = None) -> Composed:

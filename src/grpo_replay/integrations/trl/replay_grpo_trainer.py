@@ -36,11 +36,10 @@ from __future__ import annotations
 import os
 import warnings
 from collections import deque
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, nanstd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -48,12 +47,12 @@ from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
 from ...config import ReplayConfig
-from ...loss import replay_drift
 from ... import metric_names as mn
 from ...rollout import RolloutBatch, cat_padded
 from ...session import ReplaySession
 from ...tally import KINDS, Tally
 from .records import LossCapture, QueuedGeneration
+from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check, token_rows
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
@@ -72,16 +71,7 @@ REPLAY_FLAG_KEY = "replay_is_replay"  # (B,) bool, travels with the rows through
 # (B,) long: a fresh row's index in its generation's queued rows (-1: not queued, or a replay row). Set only when
 # the behaviour log-probs are taken from the update's forward.
 ROW_ID_KEY = "replay_row_id"
-FORWARD_KEYS = PROMPT_KEYS + ("completion_ids", "completion_mask")  # what a forward pass over rows reads
 BUFFER_FILE = "replay_buffer_rank{rank}"  # + .npz / .json, one per process, inside checkpoint-<step>/
-
-
-class DriftCheck(NamedTuple):
-    """One generation's drift bound (replay.max_drift): the replay rows drawn, their drift, which were dropped."""
-
-    replay: RolloutBatch
-    drift: torch.Tensor  # (R,) float
-    dropped: torch.Tensor  # (R,) bool
 
 
 class ReplayGRPOTrainer(GRPOTrainer):
@@ -239,7 +229,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         n_filtered = int((~nonzero_var).sum())
         composed, kept = self.replay_session.compose(fresh, step, n_filtered=n_filtered)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
-        drift = self._replay_drift(replay)  # replay.max_drift: the drifted rows leave the batch and the buffer
+        drift = drift_check(self, replay)  # replay.max_drift: the drifted rows leave the batch and the buffer
         if drift is not None:
             replay = replay.select(torch.nonzero(~drift.dropped).flatten())
 
@@ -308,50 +298,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
     def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
         """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch."""
-        logps = self._replay_collective_logps({k: out[k][rows.to(out[k].device)] for k in FORWARD_KEYS})
+        logps = collective_logps(self, {k: out[k][rows.to(out[k].device)] for k in FORWARD_KEYS})
         if logps is None:
             return
         entry.batch.behaviour_logps[row_id[rows]] = logps.float().cpu()
         entry.missing[row_id[rows]] = False
-
-    def _replay_collective_logps(self, rows: dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
-        """(n, C) current log-probs of this process's `rows` (FORWARD_KEYS), None when no process has any. Under
-        FSDP or ZeRO-3 a forward is a collective, so every process runs the same passes: each pads its rows (none
-        included) to the largest count with copies of its row 0 (or a one-token stand-in), discarded after."""
-        n = int(rows["completion_ids"].shape[0])
-        most = int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).max())
-        if most == 0:
-            return None
-        device = self.accelerator.device
-        if n == 0:  # nothing of its own: one token of padding stands in, so the collective passes still match
-            rows = {k: torch.ones(1, 1, dtype=torch.long, device=device) for k in FORWARD_KEYS}
-        idx = torch.cat([torch.arange(n), torch.zeros(most - n, dtype=torch.long)]).to(device)
-        sub = {k: rows[k].to(device)[idx] for k in FORWARD_KEYS}
-        return self._replay_behaviour_logps(sub)[:n]
-
-    def _replay_drift(self, replay: RolloutBatch) -> Optional["DriftCheck"]:
-        """replay.max_drift: each replayed row's drift (`loss.replay_drift`, the built-in trainer's measure) from the
-        policy about to update, on a no-grad forward of the replayed rows; the rows above the bound are evicted and
-        returned as `dropped`, so they never enter the batch (TRL's loss is then normalised over the rows kept, and
-        fresh rows are never dropped). None without the option."""
-        if self.replay_config.max_drift is None:
-            return None
-        logps = self._replay_collective_logps(self._replay_rows(replay))
-        if logps is None or len(replay) == 0:
-            return DriftCheck(replay, torch.zeros(0), torch.zeros(0, dtype=torch.bool))
-        drift = replay_drift(logps.float().cpu(), replay)
-        dropped = self.replay_session.drifted(replay, drift)
-        self.replay_session.evict_drifted(replay, dropped)
-        return DriftCheck(replay, drift, dropped)
-
-    def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
-        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, ids, attention, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size
-            )
-        return logps
 
     def _replay_fresh_batch(
         self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
@@ -411,7 +362,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         rep = replay.to(device)
         C = rep.completion_ids.shape[1]
         rows: dict[str, torch.Tensor] = {
-            **self._replay_rows(rep),
+            **token_rows(rep, self._tokenizer.pad_token_id),
             "advantages": rep.advantages,
             "old_per_token_logps": rep.behaviour_logps,
         }
@@ -445,21 +396,6 @@ class ReplayGRPOTrainer(GRPOTrainer):
             else:
                 merged[key] = torch.cat([value, other])
         return merged
-
-    def _replay_rows(self, rep: RolloutBatch) -> dict[str, torch.Tensor]:
-        """Replay rows as TRL's token keys (FORWARD_KEYS): the completion mask is the attention over each row's
-        length (the loss mask, when it differs, travels as `tool_mask`), padding positions hold the pad id."""
-        pad_id = self._tokenizer.pad_token_id
-        pad_id = 0 if pad_id is None else pad_id
-        device = rep.completion_ids.device
-        C = rep.completion_ids.shape[1]
-        attention = (torch.arange(C, device=device)[None, :] < rep.completion_lengths()[:, None]).long()
-        return {
-            "prompt_ids": torch.where(rep.prompt_mask.bool(), rep.prompt_ids.long(), pad_id),
-            "prompt_mask": rep.prompt_mask.long(),
-            "completion_ids": torch.where(attention.bool(), rep.completion_ids.long(), pad_id),
-            "completion_mask": attention,
-        }
 
     def _replay_sequence_is(self) -> bool:
         return self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")

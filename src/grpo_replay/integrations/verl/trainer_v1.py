@@ -62,10 +62,11 @@ class ReplayV1Mixin:
         if mode not in REPLAY_CLASSES:
             replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
         check_config(config)
-        cfg, settings, bound = replay_settings(config)
-        logger.info(bound)
+        cfg, settings, bound, note = replay_settings(config)
+        logger.info(note)
         # the stored rows in an actor of their own (replay off: none is ever stored)
-        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore())
+        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore(),
+                                          engine_age_bound=bound)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
         self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
@@ -171,7 +172,7 @@ class ReplayV1Mixin:
             out.update({mn.REPLAY_AGE_VERSIONS_MEAN: float(ages.mean()), mn.REPLAY_AGE_VERSIONS_MAX: float(ages.max()),
                         mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
                         mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
-        out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
+        out.update({k: float(v) for k, v in self.replay_store.session.buffer_metrics(step).items() if not isinstance(v, list)})
         if self.replay_store.config.enabled:  # the stored rows' packed bytes, in the row store's actor
             out["buffer/row_store_bytes"] = float(self.replay_store.rows.nbytes())
         self.replay_metrics = out
