@@ -7,7 +7,7 @@ A trainer (the built-in loop, an engine adapter) drives it in the order of Algor
         composed = session.compose(fresh, step, n_filtered)      # 4-6: evict, draw, compose
         ... update on composed.batch; drift = per-row drift measured on the update's forward (max_drift)
         dropped = session.drifted(composed.batch, drift)        # replayed rows above max_drift leave the loss
-        session.evict_drifted(composed.batch, dropped)          # ... and the buffer
+        session.evict_drifted(composed.batch.buffer_seq[dropped])   # ... and the buffer
         session.defer(fresh_rows_with_behaviour_logps)           # 7: rows wait for the update window to close
         session.flush(before=next_step)                          # ... and enter the buffer with their birth steps
         tally = session.tally(composed.batch, step, ...)         # sums and counts; a backend all-reduces them
@@ -122,13 +122,10 @@ class ReplaySession:
             return torch.zeros(len(batch), dtype=torch.bool)
         return batch.is_replay.cpu() & (drift.detach().cpu() > self.config.max_drift)
 
-    def evict_drifted(self, batch: RolloutBatch, dropped: torch.Tensor) -> int:
-        """Evict the rows of `batch` marked `dropped` (its replayed rows an update left out for drift) from the
-        buffer, by their insertion numbers. Returns rows evicted."""
-        dropped = dropped.cpu()
-        if not bool(dropped.any()):
-            return 0
-        return self.buffer.evict_rows(batch.buffer_seq.cpu()[dropped])
+    def evict_drifted(self, seqs: Any) -> int:
+        """Evict the stored rows with insertion numbers `seqs` (the `buffer_seq` of the replayed rows an update
+        left out for drift) from the buffer. Returns rows evicted."""
+        return self.buffer.evict_rows(seqs) if len(seqs) else 0
 
     # --- metrics --------------------------------------------------------------------------------------
     def tally(self, batch: RolloutBatch, step: int, *, groups: Optional[int] = None,

@@ -69,11 +69,16 @@ class Tally(dict):
     def of_drift(cls, batch: RolloutBatch, drift: Optional[torch.Tensor], dropped: torch.Tensor) -> "Tally":
         """The drift bound's keys: rows `dropped` ((B,) bool), and the drift ((B,), None when not measured) of
         the replayed rows of `batch`."""
+        rep = batch.is_replay.cpu()
+        return cls.of_drift_values(None if drift is None else drift.detach().cpu()[rep], dropped)
+
+    @classmethod
+    def of_drift_values(cls, drift: Optional[torch.Tensor], dropped: torch.Tensor) -> "Tally":
+        """`of_drift` from the replayed rows' drift ((R,), None when not measured) and the rows dropped."""
         t = cls(_empty(DRIFT_KEYS))
         t["replay/dropped"] = float(dropped.cpu().sum())
-        rep = batch.is_replay.cpu()
-        if drift is not None and bool(rep.any()):
-            d = drift.detach().cpu()[rep]
+        if drift is not None and len(drift):
+            d = drift.detach().cpu()
             t["replay/drift"], t["replay/drift_rows"] = float(d.sum()), float(len(d))
             t["replay/drift_max"] = float(d.max())
         return t

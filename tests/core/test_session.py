@@ -82,7 +82,7 @@ def test_drift_bound_evicts_replayed_rows_above_it_and_never_fresh_ones():
     drift[len(fresh)] = 0.05  # one replayed row below it
     dropped = s.drifted(batch, drift)
     assert dropped.tolist() == [False] * len(fresh) + [False, True]
-    assert s.evict_drifted(batch, dropped) == 1 and len(s.buffer) == 7 and s.buffer.total_evicted_drift == 1
+    assert s.evict_drifted(batch.buffer_seq[dropped]) == 1 and len(s.buffer) == 7 and s.buffer.total_evicted_drift == 1
     m = s.tally(batch, 1, drift=drift, dropped=dropped).metrics()
     assert m[mn.REPLAY_DRIFT_DROPPED] == 1 and m[mn.REPLAY_DRIFT_MAX] == 0.5
     assert abs(m[mn.REPLAY_DRIFT_MEAN] - 0.275) < 1e-6

@@ -233,8 +233,8 @@ def step(run: Run, t: int) -> StepOutput:
     elif stats is not None:  # a step without an update (all groups zero-variance) neither counts nor resets
         run.state["bad_in_a_row"] = 0
     run.generator.sync()  # an external engine (vLLM) must sample from the updated policy next step
-    if stats is not None and "drift_dropped" in stats:  # replay.max_drift: before the insert, so their slots are free
-        session.evict_drifted(update, stats["drift_dropped"])
+    if stats is not None and bool(stats.get("drift_dropped", torch.zeros(0)).any()):  # replay.max_drift: evicted
+        session.evict_drifted(update.buffer_seq[stats["drift_dropped"]])  # before the insert: their slots are free
 
     # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
     if len(fresh) and stats is not None and stats["finite"]:

@@ -79,5 +79,5 @@ def drift_check(trainer, replay: RolloutBatch) -> Optional[DriftCheck]:
         return DriftCheck(replay, torch.zeros(0), torch.zeros(0, dtype=torch.bool))
     drift = replay_drift(logps.float().cpu(), replay)
     dropped = session.drifted(replay, drift)
-    session.evict_drifted(replay, dropped)
+    session.evict_drifted(replay.buffer_seq[dropped])
     return DriftCheck(replay, drift, dropped)

@@ -251,7 +251,7 @@ class ReplayHook:
     def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
-        check_options(self.config, self.settings)
+        check_options(self.config, self.settings, legacy=True)
         self.session = ReplaySession(self.config, seed=self.settings.seed)
         self.last_plan: Optional[ReplayPlan] = None
 
