@@ -1,7 +1,8 @@
 """grpo-replay: rollout-level, advantage-prioritized experience replay for GRPO.
 
 Public core API (framework-agnostic): config and presets, the rollout batch, the buffer, priorities,
-compositions, group advantages, the replay-aware PPO-clip loss and fresh-vs-replay metrics.
+compositions, group advantages, the replay-aware PPO-clip loss, the session every trainer drives
+(`ReplaySession`) and fresh-vs-replay metrics.
 """
 from .advantage import group_advantages, nonzero_variance_mask
 from .buffer import BufferStateError, ReplayBuffer
@@ -12,6 +13,8 @@ from .loss import AGGREGATIONS, LossConfig, ppo_clip_loss
 from .diagnostics import split_metrics
 from .priority import PRIORITIES
 from .rollout import RolloutBatch
+from .session import ReplaySession
+from .tally import Tally
 
 __version__ = "0.1.0"
 __all__ = [
@@ -24,7 +27,9 @@ __all__ = [
     "PRIORITIES",
     "ReplayBuffer",
     "ReplayConfig",
+    "ReplaySession",
     "RolloutBatch",
+    "Tally",
     "compose_batch",
     "group_advantages",
     "nonzero_variance_mask",

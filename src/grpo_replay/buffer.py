@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import buffer_state
+from . import metric_names as mn
 from .buffer_state import STATE_VERSION, BufferStateError, BufferTotals
 from .config import ReplayConfig
 from .eviction import AgeEviction, CapacityEviction, Eviction
@@ -74,8 +75,9 @@ class ReplayBuffer:
     total_evicted_drift = property(lambda self: self.totals.evicted_drift)
 
     # --- Algorithm 1 step 7 -------------------------------------------------------------------------
-    def add(self, batch: RolloutBatch, step: int, prompt_keys: Optional[Sequence[int]] = None) -> int:
-        """Insert fresh rows generated at optimizer step `step` (birth step). Returns rows added.
+    def add(self, batch: RolloutBatch, step: Optional[int] = None, prompt_keys: Optional[Sequence[int]] = None) -> int:
+        """Insert fresh rows. Returns rows added. Each row's birth step is its `batch.birth_step` (rows of
+        several steps may come in one call), or `step` for every row when given.
 
         Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
         is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids
@@ -83,17 +85,17 @@ class ReplayBuffer:
         their birth step. Atomic: every check runs before anything changes, so an add that raises leaves
         the buffer (and what `save` writes) as it was.
         """
-        step = _step_arg(step, "ReplayBuffer.add")
         n = len(batch)
         if n == 0:
             return 0
+        births, newest = _births(batch, step)
         a = _fresh_arrays(batch)
         pk = _prompt_keys(prompt_keys, n)
         inv, n_groups = _group_index(a["group_ids"])
         rows = encode_rows(a["prompt_ids"], a["prompt_mask"], a["completion_ids"], a["completion_mask"],
                            a["behaviour_logps"], a["ref_logps"])
         columns = {
-            "birth_step": np.full(n, step, np.int64),
+            "birth_step": births if isinstance(births, np.ndarray) else np.full(n, births, np.int64),
             "advantage": a["advantages"],
             "reward": a["rewards"],
             "group_std": a["group_std"],
@@ -111,12 +113,12 @@ class ReplayBuffer:
             )
         # Everything is checked: from here on the buffer changes.
         # The storage takes one birth step as it is, and no prompt keys when there are none (all -1).
-        stored = {**columns, "birth_step": step, "weight": weight}
+        stored = {**columns, "birth_step": births, "weight": weight}
         if prompt_keys is None:
             del stored["prompt_key"]
         self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask)
         self._next_group += n_groups
-        self._see(step)
+        self._see(newest)
         self.totals.added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
         self.storage.remove(evict)
@@ -221,16 +223,16 @@ class ReplayBuffer:
         slots = self.storage.valid_slots()
         ages = step - self.storage.col("birth_step")[slots]
         return {
-            "buffer/size": len(self),
-            "buffer/mean_age": float(ages.mean()) if len(ages) else 0.0,
-            "buffer/max_age": int(ages.max()) if len(ages) else 0,
-            "buffer/age_hist": np.bincount(ages.clip(min=0)).tolist() if len(ages) else [],
-            "buffer/bytes": self.storage.nbytes(),
-            "buffer/evicted_age": self.totals.evicted_age,
-            "buffer/evicted_capacity": self.totals.evicted_capacity,
+            mn.BUFFER_SIZE: len(self),
+            mn.BUFFER_MEAN_AGE: float(ages.mean()) if len(ages) else 0.0,
+            mn.BUFFER_MAX_AGE: int(ages.max()) if len(ages) else 0,
+            mn.BUFFER_AGE_HIST: np.bincount(ages.clip(min=0)).tolist() if len(ages) else [],
+            mn.BUFFER_BYTES: self.storage.nbytes(),
+            mn.BUFFER_EVICTED_AGE: self.totals.evicted_age,
+            mn.BUFFER_EVICTED_CAPACITY: self.totals.evicted_capacity,
             # only with the option on: a default run's metrics rows keep their keys
-            **({"buffer/evicted_uses": self.totals.evicted_uses} if self.config.max_uses is not None else {}),
-            **({"buffer/evicted_drift": self.totals.evicted_drift} if self.config.max_drift is not None else {}),
+            **({mn.BUFFER_EVICTED_USES: self.totals.evicted_uses} if self.config.max_uses is not None else {}),
+            **({mn.BUFFER_EVICTED_DRIFT: self.totals.evicted_drift} if self.config.max_drift is not None else {}),
         }
 
     # --- persistence ----------------------------------------------------------------------------------
@@ -374,6 +376,21 @@ def _step_arg(step: Any, where: str) -> int:
     if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
         raise ValueError(f"{where}: step={step!r} is invalid; allowed: an integer (the optimizer step)")
     return int(step)
+
+
+def _births(batch: RolloutBatch, step: Any) -> tuple[Any, int]:
+    """(the rows' birth steps: one int when they share it, else an (n,) int64 array; the newest): `step` for
+    every row when given, else each row's `batch.birth_step`. Raises ValueError for a non-integer step."""
+    if step is not None:
+        step = _step_arg(step, "ReplayBuffer.add")
+        return step, step
+    b = _host(batch.birth_step)
+    if b.shape != (len(batch),) or b.dtype.kind not in "iu":
+        raise ValueError(
+            f"ReplayBuffer.add: birth_step has shape {b.shape} and dtype {b.dtype}; allowed: {len(batch)} integers"
+        )
+    lo, hi = int(b.min()), int(b.max())
+    return (lo if lo == hi else b.astype(np.int64)), hi
 
 
 def _prompt_keys(prompt_keys: Optional[Sequence[int]], n: int) -> np.ndarray:

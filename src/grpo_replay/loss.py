@@ -132,8 +132,14 @@ def replay_drift(logps: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
     unbiased for that KL on tokens sampled from the behaviour policy, as a stored row's are). 0 for fresh rows
     and for rows without counted tokens. `logps` is the update's own (B, C) forward pass (no extra pass);
     no gradient flows through the result. `ReplayConfig.max_drift` bounds it (docs/method.md)."""
-    counted = batch.completion_mask.ne(0)
-    d = torch.where(counted, logps.detach() - batch.behaviour_logps.to(logps.dtype), 0.0)  # (B, C)
-    k3 = torch.where(counted, torch.expm1(d) - d, 0.0)
-    per_row = k3.sum(1) / counted.sum(1).clamp(min=1)
+    per_row = token_drift(logps, batch.behaviour_logps, batch.completion_mask)
     return torch.where(batch.is_replay.to(per_row.device), per_row, 0.0)
+
+
+def token_drift(logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) the mean over each row's counted tokens (`mask` nonzero) of exp(d) - 1 - d, d = logps - behaviour_logps,
+    each (B, C): `replay_drift` for rows an engine holds in its own layout (0 for a row without counted tokens)."""
+    counted = mask.ne(0)
+    d = torch.where(counted, logps.detach() - behaviour_logps.to(logps.dtype), 0.0)  # (B, C)
+    k3 = torch.where(counted, torch.expm1(d) - d, 0.0)
+    return k3.sum(1) / counted.sum(1).clamp(min=1)

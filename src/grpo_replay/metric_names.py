@@ -23,7 +23,15 @@ REPLAY_AGE_VERSIONS_MEAN = "replay/age_versions_mean"  # the same age in policy 
 REPLAY_AGE_VERSIONS_MAX = "replay/age_versions_max"
 REPLAY_AGE_VERSIONS_MIN = "replay/age_versions_min"
 REPLAY_INSERTED = "replay/inserted"  # rows inserted into the buffer this step
+ZERO_VARIANCE_SHARE = "frac_zero_var_groups"  # share of the step's generated groups without reward variance
+REPLAY_DRIFT_DROPPED = "replay/drift_dropped"  # replayed rows above max_drift: left out of the loss and evicted
+REPLAY_DRIFT_MEAN = "replay/drift_mean"  # drift (loss.replay_drift) of the update's replayed rows, mean
+REPLAY_DRIFT_MAX = "replay/drift_max"
 BUFFER_SIZE = "buffer/size"  # rows held after the step
+BUFFER_MEAN_AGE = "buffer/mean_age"  # ages of the rows held, in steps after the step
+BUFFER_MAX_AGE = "buffer/max_age"
+BUFFER_AGE_HIST = "buffer/age_hist"
+BUFFER_BYTES = "buffer/bytes"  # bytes the storage holds
 BUFFER_EVICTED_AGE = "buffer/evicted_age"  # rows evicted for age (tau_max), total
 BUFFER_EVICTED_CAPACITY = "buffer/evicted_capacity"
 BUFFER_EVICTED_USES = "buffer/evicted_uses"
@@ -43,6 +51,7 @@ LEGACY = {
     "replay/age_versions/mean": REPLAY_AGE_VERSIONS_MEAN,  # verl v1
     "replay/age_versions/max": REPLAY_AGE_VERSIONS_MAX,
     "replay/age_versions/min": REPLAY_AGE_VERSIONS_MIN,
+    "replay/frac_zero_variance": ZERO_VARIANCE_SHARE,  # TRL (a share of rows: of groups, as groups are whole)
 }
 
 

@@ -245,21 +245,13 @@ def check_token_ids(batch: RolloutBatch, where: str) -> None:
 def nonfinite_logp_rows(batch: RolloutBatch) -> torch.Tensor:
     """(B,) bool: the rows whose behaviour or reference log-probs are NaN or inf at a counted token. The buffer
     refuses such rows (their importance ratio is undefined, and a saved buffer holding one cannot be loaded);
-    the trainers leave them out of the insert and count them."""
+    `ReplaySession.flush` leaves them out of every trainer's insert and counts them."""
     counted = batch.completion_mask.ne(0)
     bad = torch.zeros(counted.shape[0], dtype=torch.bool, device=counted.device)
     for t in (batch.behaviour_logps, batch.ref_logps):
         if t is not None:
             bad |= (~torch.isfinite(t) & counted.to(t.device)).any(dim=1).to(bad.device)
     return bad
-
-
-def without_nonfinite_logps(batch: RolloutBatch) -> tuple[RolloutBatch, int]:
-    """`batch` less its `nonfinite_logp_rows` (the rows a trainer leaves out of the buffer insert), and how
-    many there were; `batch` itself when there are none."""
-    bad = nonfinite_logp_rows(batch)
-    n = int(bad.sum())
-    return (batch.select(torch.nonzero(~bad).flatten()) if n else batch), n
 
 
 def check_completion_mask(mask: torch.Tensor, where: str) -> None:

@@ -9,14 +9,14 @@ from grpo_replay.trainer import loop
 
 
 def test_one_progress_bar_and_warnings_once(tiny_overrides, tmp_path, monkeypatch, capfd):
-    real = loop.split_metrics
+    real = loop.split_tally
 
-    def split_metrics_with_warnings(*a, **kw):  # a warning of each kind at every step
+    def split_tally_with_warnings(*a, **kw):  # a warning of each kind at every step
         warnings.warn("synthetic step warning", UserWarning)
         tlog.get_logger("transformers.generation.utils").warning("synthetic logged warning")
         return real(*a, **kw)
 
-    monkeypatch.setattr(loop, "split_metrics", split_metrics_with_warnings)
+    monkeypatch.setattr(loop, "split_tally", split_tally_with_warnings)
     argv = ["train", "--out", str(tmp_path / "run")]  # progress bar on; checkpoints every 2 steps write shards
     for k, v in {**tiny_overrides, "steps": 4}.items():
         if k != "progress":

@@ -1,12 +1,13 @@
 """Log-probs at counted tokens: `ReplayBuffer.add` refuses NaN or inf there, as `load` does, so every buffer that
-`save` writes can be loaded; the trainers leave such rows out of the insert (`without_nonfinite_logps`)."""
+`save` writes can be loaded; every trainer's insert (`ReplaySession.flush`) leaves such rows out and counts them."""
 import math
 
 import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig
-from grpo_replay.rollout import nonfinite_logp_rows, without_nonfinite_logps
+from grpo_replay.rollout import nonfinite_logp_rows
+from grpo_replay.session import ReplaySession
 from helpers import make_batch
 
 
@@ -40,16 +41,18 @@ def test_add_refuses_nonfinite_rewards_as_load_does():
         ReplayBuffer(ReplayConfig()).add(b, step=0)
 
 
-def test_without_nonfinite_logps_leaves_out_the_rows_and_counts_them(tmp_path):
+def test_the_session_leaves_rows_with_nonfinite_logps_out_of_the_insert_and_counts_them(tmp_path):
     b = make_batch(2, 4, seed=2, with_ref=True)
     b.behaviour_logps[1, 0] = -math.inf
     b.ref_logps[6, 0] = math.nan
-    kept, n = without_nonfinite_logps(b)
-    assert n == 2 and len(kept) == 6
     assert nonfinite_logp_rows(b).nonzero().flatten().tolist() == [1, 6]
-    buf = ReplayBuffer(ReplayConfig())
-    buf.add(kept, step=0)
-    buf.save(tmp_path / "buf")
+    session = ReplaySession(ReplayConfig())
+    session.defer(b)
+    assert session.flush() == 6 and len(session.buffer) == 6
+    assert session.take_skipped_nonfinite() == 2 and session.take_skipped_nonfinite() == 0
+    session.save(tmp_path / "buf")
     assert len(ReplayBuffer.load(tmp_path / "buf")) == 6
-    same, none = without_nonfinite_logps(kept)
-    assert same is kept and none == 0
+    bad = make_batch(1, 2, seed=3, with_ref=True)
+    bad.behaviour_logps[:, 0] = math.nan  # every row: nothing to insert, nothing refused
+    session.defer(bad)
+    assert session.flush() == 0 and len(session.buffer) == 6 and session.take_skipped_nonfinite() == 2

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 
 from async_setup import make_async_trainer, params, reward_some_flat  # noqa: E402
 
-METRICS = ("replay/share", "replay/count", "replay/frac_zero_variance", "buffer/size", "replay/age_mean",
+METRICS = ("replay/share", "replay/count", "frac_zero_var_groups", "buffer/size", "replay/age_mean",
            "replay/age_max", "replay/abs_adv", "fresh/abs_adv", "buffer/evicted_age", "replay/age_bound", "replay/inserted")
 
 

@@ -93,6 +93,6 @@ def test_worker_with_zero_log_probs_is_refused_at_its_first_sample(tmp_path):
             return [0.0] * len(completion)
 
     t = make_async_trainer(tmp_path, worker_cls=ZeroLogps, max_steps=1)
-    assert t.replay_composer.buffer_config.tau_max == 4 and t.replay_composer.buffer_config.warmup_steps == 0
+    assert t.replay_composer.buffer.config.tau_max == 4 and t.replay_composer.buffer.config.warmup_steps == 0
     with pytest.raises(ValueError, match="old_log_probs are 0 at every loss token"):
         t.train()

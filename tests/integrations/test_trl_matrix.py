@@ -40,6 +40,7 @@ def _key(prompt_ids, prompt_mask, completion_ids, loss_mask) -> tuple:
 
 def _recording_trainer_cls():
     from grpo_replay.integrations.trl import ReplayGRPOTrainer
+    from grpo_replay.integrations.trl.replay_forward import current_logps
 
     class Recording(ReplayGRPOTrainer):
         """Records what each generation produced, what the loss received and every extra forward pass."""
@@ -70,7 +71,7 @@ def _recording_trainer_cls():
         def _replay_compose(self, out, rewards_per_func):
             self._in_reference = True
             try:  # the generating policy's log-probs, by a pass of the test's own
-                ref = self._replay_behaviour_logps(out).float().cpu()
+                ref = current_logps(self, out).float().cpu()
             finally:
                 self._in_reference = False
             mask = out["completion_mask"].cpu()

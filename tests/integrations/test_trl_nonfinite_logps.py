@@ -41,14 +41,14 @@ def test_async_composer_leaves_rows_with_nonfinite_logps_out_of_the_buffer():
     from grpo_replay import ReplayConfig
     from grpo_replay.integrations.trl.async_composer import AsyncComposer
 
-    composer = AsyncComposer(ReplayConfig(), age_bound=4, chunk_size=4, seed=0, version=lambda: 1)
+    composer = AsyncComposer(ReplayConfig(), max_staleness=4, chunk_size=4, seed=0, version=lambda: 1)
 
     def sample(i, logp):
         return {"input_ids": np.array([5, 6, 7, 8]), "completion_mask": np.array([0, 0, 1, 1]),
                 "old_log_probs": np.array([0.0, 0.0, logp, -0.5], dtype=np.float32), "advantage": 1.0 - i,
                 "group_id": 0, "metrics": {"reward_std": 1.0}, "model_version": 0}
 
-    composer.pending = [sample(0, -0.3), sample(1, -math.inf), sample(2, math.nan), sample(3, -0.2)]
-    assert composer._flush(version=1) == 2
-    assert composer.skipped_nonfinite == 2 and len(composer.buffer) == 2
+    composer._defer([sample(0, -0.3), sample(1, -math.inf), sample(2, math.nan), sample(3, -0.2)])
+    assert composer.session.flush(before=1) == 2
+    assert composer.session.take_skipped_nonfinite() == 2 and len(composer.buffer) == 2
     assert composer.buffer.keys()[1].tolist() == [0, 0]

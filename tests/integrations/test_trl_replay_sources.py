@@ -72,4 +72,4 @@ def test_async_equal_sources_are_used(tmp_path):
                                    reward_funcs=reward_fn, train_dataset=make_dataset(),
                                    processing_class=make_tokenizer(), rollout_worker=t.rollout_worker,
                                    weight_transfer=t.weight_transfer)
-    assert again.replay_config == same and again.replay_composer.buffer_config.replay_ratio == 0.25
+    assert again.replay_config == same and again.replay_composer.buffer.config.replay_ratio == 0.25

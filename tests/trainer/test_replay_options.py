@@ -47,12 +47,13 @@ def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
     assert mean_age(decayed) < mean_age(base)
 
 
-def test_trl_backend_refuses_max_drift_before_any_compute(tmp_path, capsys):
-    out = tmp_path / "r"
-    assert main(["train", "--out", str(out), "--no-progress", "--backend", "trl", "--set", "replay.max_drift=0.5"]) == 2
-    err = capsys.readouterr().err
-    assert "ReplayConfig.max_drift=0.5 is invalid; allowed: None (the TRL integration does not implement" in err
-    assert not out.exists()
+def test_trl_backend_applies_max_drift(tiny_overrides, tmp_path):
+    pytest.importorskip("trl")
+    rows = train_metrics({**tiny_overrides, "backend": "trl"}, tmp_path / "r", steps=3,
+                         **{"replay.max_drift": 1e-12, "replay.warmup_steps": 1})
+    dropped = [r["replay/drift_dropped"] for r in rows]
+    assert dropped[0] == 0 and all(d > 0 for d in dropped[1:])  # every replayed row drifted past 1e-12
+    assert rows[-1]["buffer/evicted_drift"] == sum(dropped) and all(r["replay/count"] == 0 for r in rows)
 
 
 def test_trl_backend_fills_filtered_rows_and_evicts_used_ones(tiny_overrides, tmp_path):

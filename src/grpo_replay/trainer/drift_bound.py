@@ -3,11 +3,10 @@ pass, mask the rows above the bound out of the loss, and renormalise the accumul
 the loss over the rows kept (as if the dropped rows had never been in the batch).
 
 The measure is `loss.replay_drift` (mean per-token k3 estimate of KL(behaviour || current)); it costs no
-extra forward pass. The loop evicts the dropped rows from the buffer by their `buffer_seq`.
+extra forward pass. The loop has the session evict the dropped rows (`ReplaySession.evict_drifted`) and log them
+(`Tally`).
 """
 from __future__ import annotations
-
-from typing import Any, Optional
 
 import torch
 
@@ -60,24 +59,3 @@ class DriftBound:
 
     def stats(self) -> dict[str, torch.Tensor]:
         return {"drift": torch.cat(self.drift), "drift_dropped": torch.cat(self.dropped)}
-
-
-def evict_drifted(buffer, update: RolloutBatch, stats: Optional[dict[str, Any]]) -> int:
-    """Evict from `buffer` the replayed rows of `update` that its update dropped (by their `buffer_seq`)."""
-    if stats is None or "drift_dropped" not in stats or not bool(stats["drift_dropped"].any()):
-        return 0
-    return buffer.evict_rows(update.buffer_seq[stats["drift_dropped"]])
-
-
-def drift_metrics(batch: RolloutBatch, stats: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """replay/drift_dropped (rows masked out and evicted: 0 in a step without an update), replay/drift_mean
-    and replay/drift_max (over the replayed rows, when the update had some) of one step under max_drift."""
-    if stats is None:
-        return {"replay/drift_dropped": 0}
-    rep = batch.is_replay.cpu()
-    out: dict[str, Any] = {"replay/drift_dropped": int(stats["drift_dropped"].sum())}
-    if bool(rep.any()):
-        d = stats["drift"][rep]
-        out["replay/drift_mean"] = float(d.mean())
-        out["replay/drift_max"] = float(d.max())
-    return out

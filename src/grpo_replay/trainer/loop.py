@@ -43,7 +43,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import ReplayBuffer, RolloutBatch, compose_batch, group_advantages, nonzero_variance_mask, split_metrics
+from .. import ReplayBuffer, RolloutBatch, group_advantages, nonzero_variance_mask
+from .. import metric_names as mn
+from ..diagnostics import split_tally
+from ..session import ReplaySession
 from ..app import tracking
 from ..app.console import quiet_third_party
 from ..generation.transformers import TransformersGenerator
@@ -51,14 +54,12 @@ from ..loss import LossConfig
 from . import lifecycle, rundir
 from .drift import DRIFT_SEED_OFFSET, DriftProbe, lags_for
 from . import dynamic_sampling
-from .drift_bound import drift_metrics, evict_drifted
 from .dynamic_sampling import Round, needs_another_round
 from .dynamic_sampling import merge as merge_rounds
 from .lifecycle import HeldOut, resolve_device
 from .logprobs import token_logps
 from .lr_schedule import warmup_factor
 from ..metric_names import BUFFER_SKIPPED_NONFINITE as NONFINITE_KEY
-from ..rollout import without_nonfinite_logps
 from .update import epoch_metrics, forward_precision
 from .update import update as _update  # the name tests patch
 from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
@@ -88,7 +89,7 @@ class Run:
     scorer: RewardScorer
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    buffer: ReplayBuffer
+    session: ReplaySession  # the buffer and its bookkeeping (Algorithm 1 steps 4-7)
     prompt_rng: np.random.Generator
     loss_cfg: LossConfig
     max_new: int  # completion budget in tokens
@@ -97,6 +98,10 @@ class Run:
     tracker: tracking.Tracker | None = None
     state: dict = dataclass_field(default_factory=dict)  # counters, evals: what a checkpoint stores
     start: int = 0  # first step to run (the checkpoint's step when resuming)
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        return self.session.buffer
 
 
 class StepOutput(NamedTuple):
@@ -156,7 +161,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     max_new = cfg.completion_budget()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.lr_warmup_steps))
-    buffer = ReplayBuffer(cfg.replay, seed=cfg.seed)
+    session = ReplaySession(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
     scorer = RewardScorer(task.reward, cfg.reward_timeout)
     # Evaluation through transformers: as many problems at a time as fit beside the step (memory.eval_chunk).
@@ -178,7 +183,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
         generator = TransformersGenerator(model, tokenizer)
     return Run(
         cfg=cfg, run_dir=run_dir, model=model, tokenizer=tokenizer, ref_model=ref_model, task=task, held_out=held_out,
-        generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, buffer=buffer,
+        generator=generator, scorer=scorer, optimizer=optimizer, scheduler=scheduler, session=session,
         prompt_rng=prompt_rng, max_new=max_new, setup_info=setup_info, drift=drift,
         loss_cfg=LossConfig(**{**cfg.loss.__dict__, "max_completion_length": cfg.loss.max_completion_length or max_new}),
     )
@@ -206,7 +211,7 @@ def resume(run: Run) -> None:
 
 def step(run: Run, t: int) -> StepOutput:
     """One step of Algorithm 1: generate, score, filter, compose, update, insert."""
-    cfg, buffer = run.cfg, run.buffer
+    cfg, session = run.cfg, run.session
     # 0. (diagnostic) drift of pi_t, the policy about to generate and update, from pi_{t-1} and pi_{t-tau_max}.
     t0 = time.perf_counter()
     drift = {**run.drift.measure(run.model, t), "time/drift_s": time.perf_counter() - t0} if run.drift is not None else {}
@@ -224,7 +229,7 @@ def step(run: Run, t: int) -> StepOutput:
     # 4-6. Evict stale rows, sample replay rows, compose, update_epochs PPO-clip updates (one by default).
     # n_filtered: the rows the update lacks against one unfiltered round (compose_batch's replay count with
     # replay.fill_filtered): the filtered rows, or with dynamic_sampling what the round cap left unfilled.
-    update, fresh_index = compose_batch(fresh, buffer, t, n_filtered=dynamic_sampling.unfilled_rows(gen))
+    update, fresh_index = session.compose(fresh, t, n_filtered=dynamic_sampling.unfilled_rows(gen))
     fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
     if not fresh_measured:
         # Pool composition displaced some fresh rows; they still enter the buffer, so measure their
@@ -237,15 +242,17 @@ def step(run: Run, t: int) -> StepOutput:
     elif stats is not None:  # a step without an update (all groups zero-variance) neither counts nor resets
         run.state["bad_in_a_row"] = 0
     run.generator.sync()  # an external engine (vLLM) must sample from the updated policy next step
-    evict_drifted(buffer, update, stats)  # replay.max_drift: before the insert, so their slots are free again
+    if stats is not None and bool(stats.get("drift_dropped", torch.zeros(0)).any()):  # replay.max_drift: evicted
+        session.evict_drifted(update.buffer_seq[stats["drift_dropped"]])  # before the insert: their slots are free
 
     # 7. Insert this step's fresh rows, with the behaviour log-probs the update measured, birth step t.
     if len(fresh) and stats is not None and stats["finite"]:
         if fresh_measured:
             # (n_fresh, C_update) -> (n_fresh, C_fresh): replay rows may have widened the update batch
             fresh.behaviour_logps = stats["fresh_logps"][:, : fresh.completion_ids.shape[1]]
-        kept, stats[NONFINITE_KEY] = without_nonfinite_logps(fresh)  # a row that cannot be replayed stays out
-        buffer.add(kept, t)
+        session.defer(fresh)
+        session.flush()  # the update window is the step: its rows enter now, born at t
+        stats[NONFINITE_KEY] = session.take_skipped_nonfinite()  # rows that cannot be replayed stay out
     return StepOutput(gen, update, stats, drift)
 
 
@@ -311,11 +318,12 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
 def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]:
     """The metrics.jsonl row of step t (also sent to the report_to trackers)."""
     stats, update, gen = out.stats, out.update, out.gen
+    replay = _replay_metrics(run, t, out)
     return {
         "step": t + 1,
         "generated": run.state["generated"],
         "reward": float(gen.rewards.mean()),
-        "frac_zero_var_groups": 1.0 - float(gen.keep.view(-1, run.cfg.group_size).any(1).float().mean()),
+        mn.ZERO_VARIANCE_SHARE: replay.pop(mn.ZERO_VARIANCE_SHARE),
         "completion_len": float(gen.completion_mask.sum(1).float().mean()),
         "update_rows": len(update),
         "loss": stats["loss"] if stats else None,
@@ -324,9 +332,8 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
         "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
         **gen.reward_counts,
-        **split_metrics(update, t, stats["token_stats"] if stats else None),
-        **(drift_metrics(update, stats) if run.cfg.replay.max_drift is not None else {}),
-        **run.buffer.stats(t + 1),
+        **replay,
+        **run.session.buffer_metrics(t + 1),
         **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),
         **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1
         **(dynamic_sampling.metrics(gen) if run.cfg.dynamic_sampling else {}),
@@ -334,6 +341,20 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "time/generate_s": gen.t_generate,
         "time/step_s": time.perf_counter() - t0,
     }
+
+
+def _replay_metrics(run: Run, t: int, out: StepOutput) -> dict[str, Any]:
+    """The session's tally of step t's update batch: counts, |A|, rewards, ages and clip statistics by kind, the
+    zero-variance share of the generated groups, and the drift bound's rows under replay.max_drift."""
+    stats, gen = out.stats, out.gen
+    groups = gen.keep.view(-1, run.cfg.group_size).any(1)
+    drift = {}
+    if run.cfg.replay.max_drift is not None:  # a step without an update dropped nothing
+        dropped = stats["drift_dropped"] if stats else torch.zeros(len(out.update), dtype=torch.bool)
+        drift = {"drift": stats["drift"] if stats else None, "dropped": dropped}
+    tally = split_tally(out.update, t, stats["token_stats"] if stats else None, groups=len(groups),
+                        zero_variance_groups=int((~groups).sum()), **drift)
+    return tally.metrics()
 
 
 def finish(run: Run) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import yaml
 from ..app import configio
 from ..errors import ConfigError
 from ..advantage import SCALES
-from ..config import PRESETS, ReplayConfig, refuse_options
+from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
 from ..validation import MAX_SEED
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS, TestbedConfig
@@ -191,8 +191,6 @@ class TrainConfig:
             configio.bad(self, "precision", ", ".join(PRECISIONS))
         if self.drift_probe and self.backend != "builtin":
             configio.bad(self, "drift_probe", "0 with backend='trl' (the drift diagnostic is the built-in trainer's)")
-        if self.backend == "trl":
-            refuse_options(self.replay, "TRL", ("max_drift",))  # before the run directory is claimed
         from ..app.tracking import parse_report_to
 
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"

@@ -26,7 +26,8 @@ RENAMED = {
     "time/step_s": "step_time",
 }
 SHARED = (mn.REPLAY_SHARE, mn.REPLAY_AGE_MEAN, mn.REPLAY_AGE_MAX, mn.FRESH_ABS_ADV, mn.REPLAY_ABS_ADV,
-          "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean")
+          "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean",
+          mn.REPLAY_DRIFT_DROPPED, mn.REPLAY_DRIFT_MEAN, mn.REPLAY_DRIFT_MAX, mn.BUFFER_EVICTED_DRIFT)
 
 
 def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int) -> Optional[dict[str, Any]]:
@@ -45,8 +46,9 @@ def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int) -> Opti
         share = logs.get(mn.REPLAY_SHARE, 0.0)
         rows = int(round(replay / share)) if replay and share else rollouts_per_step
         row.update({"update_rows": rows, mn.FRESH_COUNT: rows - replay, mn.REPLAY_COUNT: replay})
-    if mn.REPLAY_AGE_MAX in row:
-        row[mn.REPLAY_AGE_MAX] = int(row[mn.REPLAY_AGE_MAX])
+    for count in (mn.REPLAY_AGE_MAX, mn.REPLAY_DRIFT_DROPPED, mn.BUFFER_EVICTED_DRIFT):
+        if count in row:
+            row[count] = int(row[count])
     return row
 
 

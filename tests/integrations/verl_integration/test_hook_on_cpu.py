@@ -404,7 +404,7 @@ def test_max_uses_and_age_decay_act_through_the_buffer():
 
 
 def test_options_verl_cannot_honour_are_refused():
-    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl integration"):
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl legacy integration"):
         hook(max_drift=0.5)
     with pytest.raises(ValueError, match=r"ReplayConfig\.fill_filtered=True is invalid; allowed: false with filter_zero_variance"):
         split_config({"fill_filtered": True, "filter_zero_variance": False})

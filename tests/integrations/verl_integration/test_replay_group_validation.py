@@ -16,8 +16,12 @@ def test_replay_group_rejects_non_finite_floats(key, value):
         split_config({"preset": "paper", key: value})
 
 
-def test_replay_group_takes_the_options_and_refuses_max_drift():
-    for key, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0)):
+def test_replay_group_takes_the_options_and_only_the_legacy_trainer_refuses_max_drift():
+    from grpo_replay.integrations.verl.settings import check_options
+
+    for key, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0), ("max_drift", 0.5)):
         assert getattr(split_config({"preset": "paper", key: value})[0], key) == value
-    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl integration"):
-        split_config({"preset": "paper", "max_drift": 0.5})
+    config, settings = split_config({"preset": "paper", "max_drift": 0.5})
+    check_options(config, settings)  # the v1 trainer implements it
+    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the verl legacy integration"):
+        check_options(config, settings, legacy=True)

@@ -220,6 +220,7 @@ def test_missing_buffer_is_an_error_unless_empty_resume_is_allowed(tmp_path):
         ("+actor_rollout_ref.actor.megatron.router_replay.mode=R2",
          "actor_rollout_ref.actor.megatron.router_replay.mode='R2': replay on the legacy trainer cannot rebuild"),
         ("distillation.enabled=true", "distillation.enabled=true: replay on the legacy trainer cannot rebuild"),
+        ("replay.max_drift=0.5", "ReplayConfig.max_drift=0.5 is invalid; allowed: None (the verl legacy integration"),
     ],
 )
 def test_entry_point_refuses_router_replay_and_distillation_on_the_legacy_trainer(tmp_path, override, message):

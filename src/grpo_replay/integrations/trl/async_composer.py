@@ -30,40 +30,33 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from ...buffer import ReplayBuffer
-from ...composition import compose_batch
 from ...config import ReplayConfig
-from ...rollout import nonfinite_logp_rows
+from ...session import ReplaySession
 from .async_samples import AGE, IS_REPLAY, SERIAL, from_batch, loss_span, sample_from_state, sample_state, to_batch, zero_variance
 
 
-def effective_age_bound(tau_max: Optional[int], max_staleness: int) -> int:
-    """The oldest age (in model versions) a replayed row may have: min(tau_max, max_staleness)."""
-    return max_staleness if tau_max is None else min(int(tau_max), int(max_staleness))
-
-
 class AsyncComposer:
-    """The buffer and what is in flight around it. `version()` reads the trainer's current model version.
+    """The session and what is in flight around it. `version()` reads the trainer's current model version.
 
-    State (all saved by `state_dict`): the buffer; `pending` fresh samples trained on and waiting for the version to
-    move past their birth; `untrained`, samples composed and not yet trained on (the dataloader runs ahead of the
-    update), in order; `chunk` and `serial` counters. A restored composer hands its `untrained` samples over again
-    first, so the planner packs the same micro-batches as the run that saved it."""
+    State (all saved by `state_dict`): the session (its buffer, and the fresh samples trained on and waiting for
+    the version to move past their birth); `untrained`, samples composed and not yet trained on (the dataloader runs
+    ahead of the update), in order; `chunk` and `serial` counters. A restored composer hands its `untrained` samples
+    over again first, so the planner packs the same micro-batches as the run that saved it."""
 
-    def __init__(self, config: ReplayConfig, age_bound: int, chunk_size: int, seed: int, version: Callable[[], int]):
+    def __init__(self, config: ReplayConfig, max_staleness: int, chunk_size: int, seed: int,
+                 version: Callable[[], int]):
         self.config = config
-        self.age_bound = age_bound
         self.chunk_size = chunk_size
-        # The buffer counts ages in model versions; warm-up counts optimizer steps (chunks), checked here.
-        self.buffer_config = config.replace(tau_max=age_bound, warmup_steps=0)
-        self.buffer = ReplayBuffer(self.buffer_config, seed=seed)
+        # Ages in model versions, bounded by min(tau_max, max_staleness); warm-up counts optimizer steps (chunks),
+        # checked here, so the buffer itself has none. TRL's group ids are unique over the run.
+        self.session = ReplaySession(config, seed=seed, engine_age_bound=max_staleness, global_groups=True,
+                                     warmup_steps=0)
+        self.age_bound = self.session.age_bound
         self.version = version
-        self.pending: list[dict[str, Any]] = []
         self.untrained: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self.queued: deque[dict[str, Any]] = deque()  # composed, not yet handed to the planner (the tail of untrained)
         self.chunk = 0
         self.serial = 0
-        self.inserted = 0  # rows inserted into the buffer since the trainer last read it (`take_inserted`)
-        self.skipped_nonfinite = 0  # rows left out of an insert for a NaN or inf log-prob since the trainer read it
         self.history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per chunk, for diagnostics and tests
 
     # --- the stream -----------------------------------------------------------------------------------
@@ -80,8 +73,7 @@ class AsyncComposer:
 
     def _compose_chunk(self, fresh: Iterator[dict[str, Any]]) -> list[dict[str, Any]]:
         cfg, S, version = self.config, self.chunk_size, int(self.version())
-        inserted = self._flush(version)
-        self.inserted += inserted
+        inserted = self.session.flush(before=version)  # the samples born before this version
         buffer_size = len(self.buffer)  # before this chunk's draw (it may evict)
         drawing = cfg.enabled and self.chunk >= cfg.warmup_steps
         anchored = cfg.composition == "fresh_anchored" and not cfg.fill_filtered
@@ -93,7 +85,7 @@ class AsyncComposer:
             nz = [zero_variance(taken[i]) for i in scorable]
             batch = to_batch([taken[i] for i in scorable], step=version)
             group_of = self._stored_group_ids()  # before the draw: with max_uses it removes rows it hands out
-            composed, keep = compose_batch(batch, self.buffer, version, n_filtered=sum(nz))
+            composed, keep = self.session.compose(batch, version, n_filtered=sum(nz))
             rows = composed.select(torch.nonzero(composed.is_replay).flatten())
             if anchored:  # trailing (lowest-drawn) rows beyond the step's size are trimmed
                 rows = rows.select(torch.arange(min(len(rows), S - n)))
@@ -110,7 +102,7 @@ class AsyncComposer:
             kept = [s for i, s in enumerate(taken) if i not in gone]
         extra = S - len(kept) - len(replay) if anchored else 0  # warm-up or a short buffer: the step keeps its size
         kept += [_fresh(next(fresh)) for _ in range(max(extra, 0))]
-        self.pending += [s for s in displaced if _storable(s)]
+        self._defer([s for s in displaced if _storable(s)])
         self.history.append({
             "chunk": self.chunk, "version": version, "fresh": len(kept), "replay": len(replay),
             "fresh_taken": len(taken) + max(extra, 0), "zero_variance_taken": sum(map(zero_variance, taken)),
@@ -120,20 +112,14 @@ class AsyncComposer:
         self.chunk += 1
         return _interleave(kept, replay)
 
-    def _flush(self, version: int) -> int:
-        """Insert the pending samples born before `version` into the buffer, one add per birth version."""
-        ready = [s for s in self.pending if s["model_version"] < version]
-        self.pending = [s for s in self.pending if s["model_version"] >= version]
-        inserted = 0
-        for birth in sorted({s["model_version"] for s in ready}):
-            rows = [s for s in ready if s["model_version"] == birth]
-            batch = to_batch(rows, step=birth)
-            bad = nonfinite_logp_rows(batch)  # a row that cannot be replayed (undefined ratio) stays out, counted
-            good = torch.nonzero(~bad).flatten()
-            self.skipped_nonfinite += int(bad.sum())
-            inserted += self.buffer.add(batch.select(good), step=birth,
-                                        prompt_keys=[int(rows[i]["group_id"]) for i in good.tolist()])
-        return inserted
+    @property
+    def buffer(self) -> ReplayBuffer:
+        return self.session.buffer
+
+    def _defer(self, samples: list[dict[str, Any]]) -> None:
+        """Fresh samples to the session's waiting rows, each born at its model version, named by its TRL group."""
+        if samples:
+            self.session.defer(to_batch(samples), prompt_keys=[int(s["group_id"]) for s in samples])
 
     def _stored_group_ids(self) -> dict[int, int]:
         """Insertion number -> the TRL group id each stored row was added with (kept by the buffer as its prompt
@@ -142,25 +128,28 @@ class AsyncComposer:
         return dict(zip(seqs.tolist(), prompt_keys.tolist()))
 
     def take_inserted(self) -> int:
-        n, self.inserted = self.inserted, 0
-        return n
+        return self.session.take_inserted()
 
     # --- what the update consumed ---------------------------------------------------------------------
     def trained(self, serials: list[int]) -> list[dict[str, Any]]:
         """Mark one micro-batch's samples trained on; the storable fresh ones wait in `pending`. Returns them all."""
         out = [self.untrained.pop(s) for s in serials if s in self.untrained]
-        self.pending += [s for s in out if not s.get(IS_REPLAY) and _storable(s)]
+        self._defer([s for s in out if not s.get(IS_REPLAY) and _storable(s)])
         return out
 
     # --- checkpointing --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"pending": [sample_state(s) for s in self.pending],
+        """Everything but the buffer (saved on its own, `ReplaySession.save`)."""
+        return {"pending_rows": self.session.pending_state(),
                 "untrained": [sample_state(s) for s in self.untrained.values()],
                 "chunk": self.chunk, "serial": self.serial}
 
-    def load_state_dict(self, state: dict[str, Any], buffer: ReplayBuffer) -> None:
-        self.buffer = buffer
-        self.pending = [sample_from_state(s) for s in state["pending"]]
+    def load_state_dict(self, state: dict[str, Any], buffer_path: str) -> None:
+        self.session.load(buffer_path)
+        if "pending_rows" in state:
+            self.session.load_pending(state["pending_rows"])
+        else:  # saved before the session kept the waiting rows: they were samples
+            self._defer([sample_from_state(s) for s in state["pending"]])
         self.queued = deque(sample_from_state(s) for s in state["untrained"])
         self.untrained = OrderedDict((s[SERIAL], s) for s in self.queued)
         self.chunk, self.serial = int(state["chunk"]), int(state["serial"])

@@ -14,7 +14,7 @@ the stored row exactly: the same tokens, mask and float32 log-probs, the advanta
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -61,9 +61,9 @@ def check_behaviour_logps(sample: dict[str, Any]) -> None:
         )
 
 
-def to_batch(samples: Sequence[dict[str, Any]], step: int) -> RolloutBatch:
-    """Fresh samples as a RolloutBatch (B = len(samples)): prompts left-padded, completions right-padded, with
-    birth_step = `step` (the caller adds rows per birth version). Each must have a loss token."""
+def to_batch(samples: Sequence[dict[str, Any]], step: Optional[int] = None) -> RolloutBatch:
+    """Fresh samples as a RolloutBatch (B = len(samples)): prompts left-padded, completions right-padded, each born
+    at `step`, or at its own `model_version` when None. Each must have a loss token."""
     spans = [loss_span(s) for s in samples]
     P = max((a for a, _ in spans), default=0)
     C = max((b - a for a, b in spans), default=0)
@@ -79,15 +79,18 @@ def to_batch(samples: Sequence[dict[str, Any]], step: int) -> RolloutBatch:
         logps[i, : b - a] = torch.as_tensor(np.asarray(s["old_log_probs"], dtype=np.float32)[a:b])
     std = [s["metrics"].get("reward_std", 0.0) for s in samples]
     reward = [s["metrics"].get("reward", 0.0) for s in samples]
-    return RolloutBatch.fresh(
+    batch = RolloutBatch.fresh(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=comp_ids, completion_mask=comp_mask,
         behaviour_logps=logps,
         advantages=torch.tensor([float(s["advantage"]) for s in samples], dtype=torch.float32),
         rewards=torch.tensor([_finite(r) for r in reward], dtype=torch.float32),
         group_ids=torch.tensor([int(s["group_id"]) for s in samples], dtype=torch.long),
         group_std=torch.tensor([_finite(x) for x in std], dtype=torch.float32),
-        step=step,
+        step=0 if step is None else step,
     )
+    if step is None:
+        batch.birth_step = torch.tensor([int(s["model_version"]) for s in samples], dtype=torch.long)
+    return batch
 
 
 def from_batch(batch: RolloutBatch, group_ids: Sequence[int], ages: Sequence[int]) -> list[dict[str, Any]]:

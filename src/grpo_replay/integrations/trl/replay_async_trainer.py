@@ -28,16 +28,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
-from ...buffer import ReplayBuffer
 from ... import metric_names as mn
 from ...config import ReplayConfig, refuse_options
 from ...errors import ConfigError
+from ...tally import Tally
 from .async_composer import AsyncComposer, chunk_size
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
 from .master_weights import check_master_weights
-from .replay_async_config import check_age_bound
+from .replay_async_config import ASYNC_REFUSED, check_age_bound
 from .replay_fields import resolve_replay_config
-from .replay_grpo_config import TRL_REFUSED
 
 logger = get_logger(__name__)
 
@@ -55,7 +54,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         targs, worker = bound.get("args"), bound.get("rollout_worker")
         replay_config = resolve_replay_config("ReplayAsyncGRPOTrainer", targs, replay_config)
         # Refused before AsyncGRPOTrainer loads anything.
-        refuse_options(replay_config, "TRL", TRL_REFUSED)
+        refuse_options(replay_config, "TRL async", ASYNC_REFUSED)
         staleness = targs.max_staleness if targs is not None else AsyncGRPOConfig.max_staleness
         age_bound = check_age_bound(replay_config, staleness)
         if replay_config.enabled and getattr(worker, "provides_behaviour_logps", True) is False:
@@ -81,7 +80,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
             seed = getattr(self.args, "replay_seed", None)
             size = chunk_size(self.args.per_device_train_batch_size, self.accelerator.num_processes,
                               self.args.gradient_accumulation_steps)
-            self.replay_composer = AsyncComposer(replay_config, age_bound, size,
+            self.replay_composer = AsyncComposer(replay_config, staleness, size,
                                                  seed=self.args.seed if seed is None else seed,
                                                  version=lambda: self.model_version)
             logger.info(f"ReplayAsyncGRPOTrainer: replayed rows are 1 to {age_bound} model versions old "
@@ -118,7 +117,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
             return
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
-        self.replay_composer.buffer.save(os.path.join(folder, BUFFER_FILE))
+        self.replay_composer.session.save(os.path.join(folder, BUFFER_FILE))
         worker = self.rollout_worker
         state = {"composer": self.replay_composer.state_dict(), "model_version": int(self.model_version),
                  "worker": worker.state_dict() if hasattr(worker, "state_dict") else None}
@@ -137,8 +136,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
                            "the buffer starts empty.")
             return
         state = torch.load(path, weights_only=True)
-        buffer = ReplayBuffer.load(os.path.join(checkpoint, BUFFER_FILE), config=self.replay_composer.buffer_config)
-        self.replay_composer.load_state_dict(state["composer"], buffer)
+        self.replay_composer.load_state_dict(state["composer"], os.path.join(checkpoint, BUFFER_FILE))
         worker = self.rollout_worker
         if not isinstance(worker, AsyncRolloutWorker):  # TRL restores its own worker's version and position
             # The train-begin weight sync publishes the checkpoint's weights as the next version: one below the
@@ -156,27 +154,25 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
                 metrics[mn.REPLAY_SHARE].append(0.0)
             return
         samples, self._replay_step = self._replay_step, []
-        replay = [s for s in samples if s[IS_REPLAY]]
         fresh = [s for s in samples if not s[IS_REPLAY]]
-        ages = [s[AGE] for s in replay]
         composer = self.replay_composer
-        metrics[mn.REPLAY_SHARE].append(len(replay) / max(len(samples), 1))
-        metrics[mn.REPLAY_COUNT].append(float(len(replay)))
-        metrics["replay/frac_zero_variance"].append(sum(map(zero_variance, fresh)) / max(len(fresh), 1))
+        tally = Tally.of_values(torch.tensor([bool(s[IS_REPLAY]) for s in samples], dtype=torch.bool),
+                                torch.tensor([float(s["advantage"]) for s in samples], dtype=torch.float32), None,
+                                torch.tensor([int(s[AGE]) for s in samples], dtype=torch.long))
+        # The zero-variance share counts fresh samples (a group's samples may fall in different steps).
+        tally.update(groups=float(len(fresh)), zero_variance_groups=float(sum(map(zero_variance, fresh))))
+        for k, v in tally.metrics().items():
+            if k != mn.REPLAY_AGE_HIST:
+                metrics[k].append(float(v))
         metrics[mn.REPLAY_INSERTED].append(float(composer.take_inserted()))
         metrics[mn.BUFFER_SIZE].append(float(len(composer.buffer)))
-        skipped, composer.skipped_nonfinite = composer.skipped_nonfinite, 0
+        skipped = composer.session.take_skipped_nonfinite()
         if skipped:
             metrics[mn.BUFFER_SKIPPED_NONFINITE].append(float(skipped))
         metrics["replay/age_bound"].append(float(self.replay_age_bound))
-        if fresh:
-            metrics[mn.FRESH_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in fresh) / len(fresh))
-        if replay:
-            metrics[mn.REPLAY_AGE_MEAN].append(sum(ages) / len(ages))
-            metrics[mn.REPLAY_AGE_MAX].append(float(max(ages)))
-            metrics[mn.REPLAY_ABS_ADV].append(sum(abs(float(s["advantage"])) for s in replay) / len(replay))
+        replay = [s for s in samples if s[IS_REPLAY]]
         record = {"step": int(self.state.global_step), "version": int(self.model_version), "rows": len(samples),
-                  "fresh_rows": len(fresh), "replay_rows": len(replay), "replay_ages": ages,
+                  "fresh_rows": len(fresh), "replay_rows": len(replay), "replay_ages": [s[AGE] for s in replay],
                   "replay_versions": [s["model_version"] for s in replay], "buffer_size": len(composer.buffer)}
         if self.replay_keep_samples:
             record["samples"] = [sample_state(s) for s in samples]
@@ -185,10 +181,9 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
         if self.replay_composer is not None and "loss" in logs:  # a training row, not the end-of-run summary
             # Cumulative counters, as ReplayGRPOTrainer logs them (TRL sums a "total" key over the window).
-            buf = self.replay_composer.buffer
-            self._metrics["train"][mn.BUFFER_EVICTED_AGE] = [float(buf.total_evicted_age)]
-            if self.replay_config.max_uses is not None:
-                self._metrics["train"][mn.BUFFER_EVICTED_USES] = [float(buf.total_evicted_uses)]
+            for k, v in self.replay_composer.session.totals().items():
+                if k != mn.BUFFER_SIZE:  # logged per step, with the step's other metrics
+                    self._metrics["train"][k] = [v]
         super().log(logs, start_time)
 
 

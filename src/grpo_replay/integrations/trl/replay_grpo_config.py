@@ -13,17 +13,11 @@ from dataclasses import dataclass
 
 from trl import GRPOConfig
 
-from ...config import refuse_options
 from .replay_fields import REPLAY_FIELDS, ReplayFieldsMixin, check_finite, trl_replay_kwargs, with_replay_fields
 
-__all__ = ["ReplayGRPOConfig", "REPLAY_FIELDS", "TRL_FLOATS", "TRL_REFUSED", "trl_replay_kwargs"]
+__all__ = ["ReplayGRPOConfig", "REPLAY_FIELDS", "TRL_FLOATS", "trl_replay_kwargs"]
 
 TRL_FLOATS = ("beta", "epsilon", "epsilon_high", "delta", "temperature", "top_p", "learning_rate")
-
-# TRL computes the loss itself: bounding a replay row's drift would need its current log-probs before the loss
-# and a renormalised num_items_in_batch (docs/method.md); its own off_policy_mask_threshold is a different rule.
-TRL_REFUSED = ("max_drift",)
-
 
 @dataclass
 @with_replay_fields
@@ -33,4 +27,4 @@ class ReplayGRPOConfig(ReplayFieldsMixin, GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_finite(self, TRL_FLOATS)
-        refuse_options(self.to_replay_config(), "TRL", TRL_REFUSED)  # fail before any compute on a bad replay setting
+        self.to_replay_config()  # a bad replay setting fails here, before any compute (ReplayConfig validates)

@@ -41,21 +41,21 @@ from typing import Any, Optional
 
 import torch
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, nanstd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
-from ...composition import compose_batch
-from ...config import ReplayConfig, refuse_options
+from ...config import ReplayConfig
 from ... import metric_names as mn
-from .replay_fields import resolve_replay_config
-from .replay_grpo_config import TRL_REFUSED
-from ...rollout import RolloutBatch, cat_padded, without_nonfinite_logps
+from ...rollout import RolloutBatch, cat_padded, nonfinite_logp_rows
+from ...session import ReplaySession
+from ...tally import KINDS, Tally
 from .batch_share import check_share
+from .replay_fields import resolve_replay_config
 from .records import LossCapture, QueuedGeneration
+from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check, token_rows
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
@@ -84,23 +84,27 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, replay_config: Optional[ReplayConfig] = None, **kwargs: Any) -> None:
         targs = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments.get("args")
-        replay_config = resolve_replay_config("ReplayGRPOTrainer", targs, replay_config)
-        refuse_options(replay_config, "TRL", TRL_REFUSED)  # before GRPOTrainer loads anything
+        replay_config = resolve_replay_config("ReplayGRPOTrainer", targs, replay_config)  # before TRL loads anything
         super().__init__(*args, **kwargs)
         self.replay_config = replay_config
         # The share TRL's split leaves: refused here, before training, when it trims planned replay rows.
         self.replay_share = check_share(self.args, replay_config, self.accelerator.num_processes)
         seed = getattr(self.args, "replay_seed", None)
         seed = self.args.seed if seed is None else seed
-        self.replay_buffer = ReplayBuffer(replay_config, seed=seed + self.accelerator.process_index)
+        self.replay_session = ReplaySession(replay_config, seed=seed + self.accelerator.process_index)
         # One record per generation (train mode): what was composed. For diagnostics and tests; bounded.
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
         self._replay_rewards_per_func: Optional[torch.Tensor] = None
         self._replay_capture: Optional[LossCapture] = None  # set inside _compute_loss
-        # Fresh rows waiting for the end of their accumulation window to enter the buffer, one entry per generation.
+        # Fresh rows waiting for the end of their accumulation window (in the session), one entry per generation:
+        # where the update's forward writes their behaviour log-probs.
         self._replay_pending: list[QueuedGeneration] = []
         if self.replay_config.enabled and getattr(self.args, "use_liger_kernel", False):
             warnings.warn("ReplayGRPOTrainer: fresh/replay clip fractions are not logged with the Liger loss.")
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer:
+        return self.replay_session.buffer
 
     # --- narrow hooks ---------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -202,7 +206,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
                 "(saved without replay, or with fewer processes); the buffer starts empty."
             )
             return
-        self.replay_buffer = ReplayBuffer.load(path, config=self.replay_config)
+        self.replay_session.load(path)
         self._replay_pending = []
 
     # --- the replay step --------------------------------------------------------------------------------
@@ -228,8 +232,11 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
         # replay.fill_filtered: as many replay rows as this process has zero-variance rows (TRL keeps them, A = 0)
         n_filtered = int((~nonzero_var).sum())
-        composed, kept = compose_batch(fresh, self.replay_buffer, step, n_filtered=n_filtered)
+        composed, kept = self.replay_session.compose(fresh, step, n_filtered=n_filtered)
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
+        drift = drift_check(self, replay)  # replay.max_drift: the drifted rows leave the batch and the buffer
+        if drift is not None:
+            replay = replay.select(torch.nonzero(~drift.dropped).flatten())
 
         # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.
         total = torch.tensor([len(kept) + len(replay)], device=device)
@@ -257,6 +264,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
                 out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
         self._replay_pending.append(entry)
+        self.replay_session.defer(entry.batch)
 
         if n_replay or len(kept) != n:
             out = self._replay_merge(out, kept, replay)
@@ -267,29 +275,24 @@ class ReplayGRPOTrainer(GRPOTrainer):
             out[ROW_ID_KEY] = torch.cat([row_id[kept], torch.full((n_replay,), -1, dtype=torch.long)]).to(device)
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        entry.history = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()))
+        entry.history = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()), drift)
         return out
 
     def _replay_flush(self, log: bool, before_step: Optional[int] = None) -> None:
         """Insert the queued fresh rows (those born before `before_step`, default all) into the buffer. With
         `log`, every process must call it at the same point: the logged counts are gathered."""
-        keep, flushed, inserted, skipped = [], [], 0, 0
-        for entry in self._replay_pending:
-            if before_step is not None and entry.step >= before_step:
-                keep.append(entry)
-                continue
+        due = [e for e in self._replay_pending if before_step is None or e.step < before_step]
+        for entry in due:
             if bool(entry.missing.any()):
                 raise RuntimeError(
                     f"ReplayGRPOTrainer: {int(entry.missing.sum())} queued rows of step {entry.step} never went "
                     "through the update, so they have no behaviour log-probs"
                 )
-            storable, n_bad = without_nonfinite_logps(entry.batch)  # a row that cannot be replayed stays out
-            entry.inserted = self.replay_buffer.add(storable, entry.step)
-            skipped += n_bad
-            inserted += entry.inserted
-            flushed.append(entry)
-        self._replay_pending = keep
-        for entry in flushed:
+        inserted = self.replay_session.flush(before=before_step)  # rows with NaN/inf log-probs stay out, counted
+        skipped = self.replay_session.take_skipped_nonfinite()
+        self._replay_pending = [e for e in self._replay_pending if not (before_step is None or e.step < before_step)]
+        for entry in due:
+            entry.inserted = len(entry.batch) - int(nonfinite_logp_rows(entry.batch).sum())
             if entry.history is not None:
                 entry.history.update(inserted=entry.inserted, buffer_size=len(self.replay_buffer))
         if log:
@@ -303,27 +306,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
-        """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch. Under FSDP or
-        ZeRO-3 a forward is a collective, so every process runs the same passes: each pads its rows (none
-        included) to the largest count with copies of its row 0, whose log-probs are discarded."""
-        count = torch.tensor([len(rows)], device=self.accelerator.device)
-        most = int(self.accelerator.gather(count).max())
-        if most == 0:
+        """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch."""
+        logps = collective_logps(self, {k: out[k][rows.to(out[k].device)] for k in FORWARD_KEYS})
+        if logps is None:
             return
-        idx = torch.cat([rows, torch.zeros(most - len(rows), dtype=torch.long)]).to(self.accelerator.device)
-        sub = {k: out[k][idx] for k in PROMPT_KEYS + ("completion_ids", "completion_mask")}
-        logps = self._replay_behaviour_logps(sub).float().cpu()[: len(rows)]
-        entry.batch.behaviour_logps[row_id[rows]] = logps
+        entry.batch.behaviour_logps[row_id[rows]] = logps.float().cpu()
         entry.missing[row_id[rows]] = False
-
-    def _replay_behaviour_logps(self, out: dict[str, Any]) -> torch.Tensor:
-        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, ids, attention, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size
-            )
-        return logps
 
     def _replay_fresh_batch(
         self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
@@ -382,15 +370,12 @@ class ReplayGRPOTrainer(GRPOTrainer):
             return fresh
         rep = replay.to(device)
         C = rep.completion_ids.shape[1]
-        attention = (torch.arange(C, device=device)[None, :] < rep.completion_lengths()[:, None]).long()
         rows: dict[str, torch.Tensor] = {
-            "prompt_ids": torch.where(rep.prompt_mask.bool(), rep.prompt_ids, pad_id),
-            "prompt_mask": rep.prompt_mask,
-            "completion_ids": torch.where(attention.bool(), rep.completion_ids, pad_id),
-            "completion_mask": attention,
+            **token_rows(rep, self._tokenizer.pad_token_id),
             "advantages": rep.advantages,
             "old_per_token_logps": rep.behaviour_logps,
         }
+        attention = rows["completion_mask"]
         if "tool_mask" in out:
             rows["tool_mask"] = torch.where(attention.bool(), rep.completion_mask, 1)
         if "ref_per_token_logps" in out:
@@ -425,46 +410,27 @@ class ReplayGRPOTrainer(GRPOTrainer):
         return self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
 
     # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
-    def _replay_log_step(
-        self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int
-    ) -> dict[str, Any]:
-        """Log one generation's composition (summed over processes); returns its `replay_history` record, whose
-        `inserted` and `buffer_size` are final once the step's rows enter the buffer (`_replay_flush`)."""
-        rep = composed.is_replay
-        n_rep = int(rep.sum())
-        ages = composed.age(step)[rep].float()
-        abs_adv = composed.advantages.abs().float()
-        per_process = gather_over_processes(self.accelerator, {
-            "rows": len(composed),
-            "replay_rows": n_rep,
-            "age_sum": float(ages.sum()),
-            "age_max": float(ages.max()) if n_rep else 0.0,
-            "zero_variance_rows": n_fresh - n_ok,
-            "fresh_rows_generated": n_fresh,
-            "evicted_age_total": float(self.replay_buffer.total_evicted_age),
-            "evicted_uses_total": float(self.replay_buffer.total_evicted_uses),
-            "fresh_abs_adv_sum": float(abs_adv[~rep].sum()),
-            "replay_abs_adv_sum": float(abs_adv[rep].sum()),
-        })
-        tot = {k: float(v.sum()) for k, v in per_process.items()}
-        rows, replay_rows, fresh_rows = tot["rows"], tot["replay_rows"], tot["rows"] - tot["replay_rows"]
+    def _replay_log_step(self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int,
+                         drift: Optional[DriftCheck]) -> dict[str, Any]:
+        """Log one generation's composition (the session's tally, merged over processes); returns its
+        `replay_history` record, whose `inserted` and `buffer_size` are final once the step's rows enter the buffer
+        (`_replay_flush`). The zero-variance share counts rows: TRL's groups are whole over the processes."""
+        tally = self.replay_session.tally(composed, step, groups=n_fresh, zero_variance_groups=n_fresh - n_ok)
+        if drift is not None:  # over every replay row drawn, the dropped ones included (they left the batch)
+            tally.update(Tally.of_drift(drift.replay, drift.drift, drift.dropped))
+        totals = self.replay_session.totals()
+        totals.pop(mn.BUFFER_SIZE)  # logged when the rows enter the buffer
+        merged = Tally.merge(gather_over_processes(self.accelerator, tally.flat()))
         metrics = self._metrics["train"]
-        metrics[mn.REPLAY_SHARE].append(replay_rows / max(rows, 1.0))
-        metrics[mn.REPLAY_COUNT].append(replay_rows)
-        metrics["replay/frac_zero_variance"].append(tot["zero_variance_rows"] / max(tot["fresh_rows_generated"], 1.0))
-        metrics[mn.BUFFER_EVICTED_AGE].append(tot["evicted_age_total"])
-        if self.replay_config.max_uses is not None:
-            metrics[mn.BUFFER_EVICTED_USES].append(tot["evicted_uses_total"])
-        if fresh_rows > 0:
-            metrics[mn.FRESH_ABS_ADV].append(tot["fresh_abs_adv_sum"] / fresh_rows)
-        if replay_rows > 0:
-            metrics[mn.REPLAY_AGE_MEAN].append(tot["age_sum"] / replay_rows)
-            metrics[mn.REPLAY_AGE_MAX].append(float(per_process["age_max"].max()))
-            metrics[mn.REPLAY_ABS_ADV].append(tot["replay_abs_adv_sum"] / replay_rows)
+        for k, v in merged.metrics().items():
+            metrics[k].append(float(v))
+        for k, v in sum_over_processes(self.accelerator, totals).items():
+            metrics[k].append(v)
+        rep = composed.is_replay
         record = {
             "step": step,
-            "fresh_rows": len(composed) - n_rep,
-            "replay_rows": n_rep,
+            "fresh_rows": len(composed) - int(rep.sum()),
+            "replay_rows": int(rep.sum()),
             "buffer_size": None,
             "inserted": queued,
             "replay_birth_steps": composed.birth_step[rep].tolist(),
@@ -488,21 +454,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
             clipped = (ratio > self.epsilon_high) & (adv > 0)
         else:
             clipped = ((ratio < 1 - self.epsilon_low) & (adv < 0)) | ((ratio > 1 + self.epsilon_high) & (adv > 0))
-        local = {}
-        for name, rows in (("fresh", ~is_replay), ("replay", is_replay)):
-            m = mask * rows.unsqueeze(1).float()
-            local |= {
-                f"{name}/clipped": (clipped.float() * m).sum(),
-                f"{name}/ratio_sum": (ratio * m).sum(),
-                f"{name}/tokens": m.sum(),
-            }
-        tot = sum_over_processes(self.accelerator, local)
+        tally = Tally()
+        for kind, rows in zip(KINDS, (~is_replay, is_replay)):
+            tally.add_clip(kind, ratio[rows], clipped[rows], mask[rows])
+        merged = Tally.merge(gather_over_processes(self.accelerator, tally.flat()))
         metrics = self._metrics["train" if self.model.training else "eval"]
-        for name in ("fresh", "replay"):
-            if tot[f"{name}/tokens"] > 0:
-                metrics[f"{name}/clip_frac"].append(tot[f"{name}/clipped"] / tot[f"{name}/tokens"])
-                metrics[f"{name}/ratio_mean"].append(tot[f"{name}/ratio_sum"] / tot[f"{name}/tokens"])
-
+        for k, v in merged.metrics().items():
+            metrics[k].append(float(v))
 
 def _is_row_value(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() >= 1

@@ -48,7 +48,7 @@ def check_environment(config) -> None:
     check_paths(config)
     if config.trainer.get("use_v1", True):
         check_resources(config, local_ray_cpus(config), "the local Ray cluster run_ppo starts")
-        print(replay_settings(config)[2])
+        print(replay_settings(config)[3])
 
 
 @hydra.main(config_path="config", config_name="replay_ppo_trainer", version_base=None)

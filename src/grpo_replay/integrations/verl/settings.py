@@ -50,11 +50,12 @@ def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlRepla
     return config, settings
 
 
-def check_options(config: ReplayConfig, settings: VerlReplaySettings) -> None:
-    """Raise ConfigError for an option beyond the paper that verl cannot honour (docs/method.md). max_drift needs
-    each replay row's log-probs under the current policy, which verl's actor computes only inside its update
-    (an extra forward pass over the replay rows would be needed); fill_filtered needs the filter on."""
-    refuse_options(config, "verl", ("max_drift",))
+def check_options(config: ReplayConfig, settings: VerlReplaySettings, legacy: bool = False) -> None:
+    """Raise ConfigError for an option beyond the paper that a verl trainer cannot honour (docs/method.md). The
+    legacy trainer refuses max_drift: it would need each replay row's log-probs under the current policy before the
+    update (the v1 trainer has its actor compute them); fill_filtered needs the filter on."""
+    if legacy:
+        refuse_options(config, "verl legacy", ("max_drift",))
     if config.fill_filtered and not settings.filter_zero_variance:
         bad_field(config, "fill_filtered", "false with filter_zero_variance=false (no rows are filtered to fill)")
 

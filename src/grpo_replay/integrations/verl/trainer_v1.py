@@ -32,6 +32,8 @@ import numpy as np
 import torch
 
 from ... import metric_names as mn
+from ...loss import token_drift
+from ...tally import Tally
 from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present, resume_folder, stale_buffer_folders,
                           step_folder)
 from .sizing import batch_unit, fit_to_unit, micro_batch_rows, mini_batch_scaled
@@ -62,10 +64,11 @@ class ReplayV1Mixin:
         if mode not in REPLAY_CLASSES:
             replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
         check_config(config)
-        cfg, settings, bound = replay_settings(config)
-        logger.info(bound)
+        cfg, settings, bound, note = replay_settings(config)
+        logger.info(note)
         # the stored rows in an actor of their own (replay off: none is ever stored)
-        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore())
+        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore(),
+                                          engine_age_bound=bound)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
         self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
@@ -100,6 +103,7 @@ class ReplayV1Mixin:
             # rows this draw evicted (age, capacity, replay.max_uses) leave the row store; those replayed now are
             # in TransferQueue for this update
             store.clear_evicted(before)
+            drift = self._drift_bound(batch, replay_keys, replay_tags, plan.replay_ids[:n_rep], fields)
             composed = self._composed_meta(batch, fresh, used, replay_keys, replay_tags, fields, pad_keys, pad_tags)
             replay_tokens = sum(int(t.get("seq_len", 0)) for t in replay_tags)
             self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
@@ -115,8 +119,46 @@ class ReplayV1Mixin:
         n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
         n_used_fresh, n_used_pad = int((used < n).sum()), int((used >= n).sum())
         metrics.update(self._replay_log(plan, n_used_fresh, n_used_pad, n_rep, len(composed), mb_rows, n_ins, step,
-                                        replay_tokens))
+                                        replay_tokens, drift))
         return batch
+
+    def _drift_bound(self, batch, keys: list, tags: list, ids: np.ndarray, fields: list):
+        """replay.max_drift: each replay row's drift (`loss.token_drift`, the built-in trainer's measure) from the
+        policy about to update, its log-probs computed by verl's actor as `_compute_old_log_prob` computes a fresh
+        row's; a row above the bound keeps its place in the batch (the batch's size is verl's unit) with its
+        `response_mask` (and `loss_mask`) zeroed, so it leaves the loss, whose token mean is then over the rows
+        kept, and it is evicted. Returns ((R,) drift, (R,) dropped) in `keys`' order; None without the option."""
+        store = self.replay_store
+        if store.config.max_drift is None or not keys:
+            return None
+        pid = batch.partition_id
+        once = list(dict.fromkeys(keys))
+        tag_of = dict(zip(keys, tags))
+        extra = {**batch.extra_info, "calculate_entropy": True, "compute_loss": False,
+                 "temperature": self.config.actor_rollout_ref.rollout.temperature}
+        self.actor_rollout_wg.compute_log_prob(KVBatchMeta(partition_id=pid, keys=once, tags=[tag_of[k] for k in once],
+                                                           fields=fields, extra_info=extra))
+        data = tq.kv_batch_get(keys=once, partition_id=pid, select_fields=["log_probs", "old_log_probs", "response_mask"])
+        masks = list(data["response_mask"].unbind())
+        # the model's output is over prompt + response, shifted by one (verl's response_from_nested)
+        current = [lp[len(lp) - len(m) - 1 : len(lp) - 1] for lp, m in zip(data["log_probs"].unbind(), masks)]
+        pad = lambda xs: torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True)  # noqa: E731
+        per_key = dict(zip(once, token_drift(pad(current).float(), pad(data["old_log_probs"].unbind()).float(),
+                                             pad(masks)).tolist()))
+        drift = torch.tensor([per_key[k] for k in keys], dtype=torch.float32)
+        dropped = drift > store.config.max_drift
+        gone = [k for k in once if per_key[k] > store.config.max_drift]
+        if gone:
+            from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+            zeroed = [f for f in ("response_mask", "loss_mask") if f in fields]
+            cur = tq.kv_batch_get(keys=gone, partition_id=pid, select_fields=zeroed)
+            rows = [{f: torch.zeros_like(cur[f][j]) for f in zeroed} for j in range(len(gone))]
+            tq.kv_batch_put(keys=gone, partition_id=pid, fields=list_of_dict_to_tensordict(rows))
+            seqs = np.unique(np.asarray(ids)[dropped.numpy()])
+            store.session.evict_drifted(seqs)
+            store.clear_evicted(seqs)  # their stored rows leave the row store too
+        return drift, dropped
 
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
         """Keep the rows in the row store now (fit() clears the fresh keys after the step); `step` adds them."""
@@ -155,7 +197,7 @@ class ReplayV1Mixin:
             extra_info=dict(batch.extra_info),
         )
 
-    def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens) -> dict:
+    def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens, drift) -> dict:
         out = {
             mn.FRESH_COUNT: float(n_fresh),
             "replay/padding_rows": float(n_pad),
@@ -171,7 +213,10 @@ class ReplayV1Mixin:
             out.update({mn.REPLAY_AGE_VERSIONS_MEAN: float(ages.mean()), mn.REPLAY_AGE_VERSIONS_MAX: float(ages.max()),
                         mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
                         mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
-        out.update({k: float(v) for k, v in self.replay_store.buffer.stats(step).items() if not isinstance(v, list)})
+        if self.replay_store.config.max_drift is not None:  # (drift, dropped) of this update's replay rows
+            d, dropped = drift if drift is not None else (None, torch.zeros(0, dtype=torch.bool))
+            out.update({k: float(v) for k, v in Tally.of_drift_values(d, dropped).metrics().items()})
+        out.update({k: float(v) for k, v in self.replay_store.session.buffer_metrics(step).items() if not isinstance(v, list)})
         if self.replay_store.config.enabled:  # the stored rows' packed bytes, in the row store's actor
             out["buffer/row_store_bytes"] = float(self.replay_store.rows.nbytes())
         self.replay_metrics = out

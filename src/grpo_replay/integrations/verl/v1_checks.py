@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import replace
 from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
 from ...config import ReplayConfig
+from ...session import effective_age_bound
 from .settings import VerlReplaySettings, replay_dict, split_config
 
 logger = logging.getLogger(__name__)
@@ -51,24 +51,28 @@ def off_policy_bound(config: Any) -> Optional[int]:
     return None if threshold is None else int(threshold) - 1
 
 
-def replay_settings(config: Any) -> tuple[ReplayConfig, VerlReplaySettings, str]:
-    """(replay config with tau_max = min(replay.tau_max, off_policy_bound), settings, a line saying which bound
-    holds) for a v1 config."""
+def replay_settings(config: Any) -> tuple[ReplayConfig, VerlReplaySettings, Optional[int], str]:
+    """(replay config as given, settings, verl's own age bound (`off_policy_bound`; the session takes
+    min(tau_max, it)), a line saying which bound holds) for a v1 config."""
     cfg, settings = split_config(replay_dict(config))
     bound = off_policy_bound(config)
     mode = config.trainer.v1.trainer_mode
     if bound is None:
-        note = f"replay age bound: replay.tau_max={cfg.tau_max} (trainer.v1.trainer_mode={mode})"
-        return cfg, settings, note
-    tau = bound if cfg.tau_max is None else min(cfg.tau_max, bound)
-    note = (f"replay age bound: {tau} versions = min(replay.tau_max={cfg.tau_max}, "
+        return cfg, settings, None, f"replay age bound: replay.tau_max={cfg.tau_max} (trainer.v1.trainer_mode={mode})"
+    note = (f"replay age bound: {effective_age_bound(cfg.tau_max, bound)} versions = min(replay.tau_max={cfg.tau_max}, "
             f"trainer.v1.sampler.max_off_policy_threshold - 1 = {bound}) in {mode}")
-    return replace(cfg, tau_max=tau), settings, note
+    return cfg, settings, bound, note
+
+
+def _age_bound(config: Any) -> tuple[ReplayConfig, Optional[int]]:
+    """(replay config as given, the age bound replay runs with: min(tau_max, verl's))."""
+    cfg, _, bound, _ = replay_settings(config)
+    return cfg, effective_age_bound(cfg.tau_max, bound)
 
 
 def check_config(config: Any) -> None:
     """Refuse, before anything starts, what replay on verl's v1 trainer cannot run (see the module docstring)."""
-    cfg, _, _ = replay_settings(config)
+    cfg, tau = _age_bound(config)
     critic = _get(config, "critic.enable")
     if _get(config, "algorithm.adv_estimator") == "gae" or critic:
         field = "critic.enable=true" if critic else "algorithm.adv_estimator='gae'"
@@ -80,19 +84,19 @@ def check_config(config: Any) -> None:
         raise ValueError(
             "actor_rollout_ref.actor.use_prefix_grouper=true: verl's v1 trainer does not use the prefix grouper "
             "(it would be silently ignored); allowed: false, or trainer.use_v1=false where replay supports it")
-    if cfg.enabled and cfg.tau_max is not None and cfg.tau_max < 1:
+    if cfg.enabled and tau is not None and tau < 1:
         raise ValueError(
             f"trainer.v1.sampler.max_off_policy_threshold={_get(config, 'trainer.v1.sampler.max_off_policy_threshold')} lets a "
             "trajectory span one version only, so no stored row is young enough to replay; allowed: a threshold "
             ">= 2 or null, or replay=grpo (no replay)")
-    check_storage(config, cfg)
+    check_storage(config)
 
 
-def check_storage(config: Any, cfg: Optional[ReplayConfig] = None) -> None:
+def check_storage(config: Any) -> None:
     """ValueError when TransferQueue's storage cannot hold an update's replay rows next to the rows in flight:
     its SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run. (Stored rows
     live in the row store; a replayed row is in TransferQueue only for the update that reads it.)"""
-    cfg = cfg or replay_settings(config)[0]
+    cfg, tau = _age_bound(config)
     limit = _get(config, "transfer_queue.backend.SimpleStorage.total_storage_size")
     if limit is None or not cfg.enabled:
         return
@@ -101,7 +105,7 @@ def check_storage(config: Any, cfg: Optional[ReplayConfig] = None) -> None:
     # the filtered ones
     replay = math.ceil(max(float(cfg.replay_ratio), 1.0 if cfg.fill_filtered or cfg.composition == "pool" else 0.0)
                        * per_step)
-    bounds = [b for b in (cfg.capacity, None if cfg.tau_max is None else cfg.tau_max * per_step) if b is not None]
+    bounds = [b for b in (cfg.capacity, None if tau is None else tau * per_step) if b is not None]
     replay = min([replay, *bounds])
     mode = config.trainer.v1.trainer_mode
     warmup = float(_get(config, f"trainer.v1.{mode}.num_warmup_batches", 0) or 0)

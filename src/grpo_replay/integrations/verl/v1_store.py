@@ -26,9 +26,9 @@ import torch
 
 from ...advantage import group_advantages, nonzero_variance_mask
 from ...buffer import ReplayBuffer
-from ...composition import compose_batch
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
+from ...session import ReplaySession
 from .row_codec import unbind_rows
 from .row_store import RowStore
 from .rows import prompt_key, row_advantages
@@ -143,7 +143,7 @@ def payload_free_batch(fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
     idx = torch.from_numpy(np.asarray(rows, dtype=np.int64))
     std = group_advantages(fresh.rewards, fresh.group_ids)[1] if n else torch.zeros(0)
     none = torch.zeros(n, 0, dtype=torch.long)
-    return RolloutBatch.fresh(
+    batch = RolloutBatch.fresh(
         prompt_ids=none,
         prompt_mask=none,
         completion_ids=none,
@@ -153,8 +153,10 @@ def payload_free_batch(fresh: FreshRows, rows: np.ndarray) -> RolloutBatch:
         rewards=fresh.rewards[idx],
         group_ids=fresh.group_ids[idx],
         group_std=std[idx],
-        step=int(fresh.birth[rows].max()) if n else 0,
+        step=0,
     )
+    batch.birth_step = torch.from_numpy(fresh.birth[np.asarray(rows, dtype=np.int64)].astype(np.int64))
+    return batch
 
 
 @dataclass
@@ -177,13 +179,18 @@ class TQReplayStore:
     trainer's `remote_row_store()`."""
 
     def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None,
-                 rows: Any = None):
+                 rows: Any = None, engine_age_bound: Optional[int] = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
         check_options(self.config, self.settings)
-        self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
+        # ages in versions, bounded by min(tau_max, verl's max_off_policy_threshold - 1) in the async modes
+        self.session = ReplaySession(self.config, seed=self.settings.seed, engine_age_bound=engine_age_bound)
         self.rows = rows if rows is not None else RowStore()
         self.next_id = 0  # id of the next copied row: buffer.next_seq + rows copied and not yet added
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        return self.session.buffer
 
     def live_ids(self) -> np.ndarray:
         """(n,) int64 ids of the rows the buffer holds (their insertion numbers), in slot order."""
@@ -195,7 +202,7 @@ class TQReplayStore:
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy() if n else np.zeros(0, bool)
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(n)
         view = payload_free_batch(fresh, used)
-        composed, kept = compose_batch(view, self.buffer, step, n_filtered=n - len(used))  # for fill_filtered
+        composed, kept = self.session.compose(view, step, n_filtered=n - len(used))  # for fill_filtered
         rep = torch.nonzero(composed.is_replay).flatten()
         replay = composed.select(rep)
         return V1Plan(
@@ -230,17 +237,17 @@ class TQReplayStore:
         return rows, ids
 
     def add(self, fresh: FreshRows, rows: np.ndarray, ids: np.ndarray) -> int:
-        """Algorithm 1 step 7 for rows `copy_rows` returned, in its order: one buffer add per birth step, ascending
-        (the buffer stamps every row of an add with one birth step), so the buffer numbers them with their ids."""
+        """Algorithm 1 step 7 for rows `copy_rows` returned, in its order (by birth step, stable): one buffer add,
+        each row with its own birth step, so the buffer numbers them with their ids."""
         rows = np.asarray(rows, dtype=np.int64)
-        for b in np.unique(fresh.birth[rows]):
-            sel = np.flatnonzero(fresh.birth[rows] == b)
-            if self.buffer.next_seq != int(ids[sel[0]]):
-                raise RuntimeError(
-                    f"stored row {int(ids[sel[0]])} would be the buffer's row {self.buffer.next_seq}: add the "
-                    "rows of each copy_rows call once, in the order the calls were made")
-            self.buffer.add(payload_free_batch(fresh, rows[sel]), int(b), prompt_keys=fresh.prompt_keys[rows[sel]])
-        return len(rows)
+        if not len(rows):
+            return 0
+        if self.buffer.next_seq != int(ids[0]):
+            raise RuntimeError(
+                f"stored row {int(ids[0])} would be the buffer's row {self.buffer.next_seq}: add the rows of each "
+                "copy_rows call once, in the order the calls were made")
+        self.session.defer(payload_free_batch(fresh, rows), prompt_keys=fresh.prompt_keys[rows])
+        return self.session.flush()
 
     def put_replay(self, tq, ids: np.ndarray, partition_id: str) -> tuple[list[str], list[dict], list[str]]:
         """Rebuild stored rows `ids` (in draw order; a draw with replacement may repeat one) and put each once into
@@ -291,7 +298,7 @@ class TQReplayStore:
         problem = saved_layout_problem(path)
         if problem:
             raise ValueError(problem)
-        buffer = ReplayBuffer.load(path, self.config)
+        buffer = ReplayBuffer.load(path, self.buffer.config)
         self.rows.load(path + ".rows.pt")
         live = buffer.keys()[0]
         missing = np.setdiff1d(live, self.rows.ids())
@@ -299,7 +306,7 @@ class TQReplayStore:
             raise FileNotFoundError(f"{path}.rows.pt: stored rows {missing[:3].tolist()} ({len(missing)}) of the "
                                     "buffer are not in it")
         self.rows.keep_only(live.tolist())
-        self.buffer, self.next_id = buffer, buffer.next_seq
+        self.session.buffer, self.session.pending, self.next_id = buffer, [], buffer.next_seq
 
     def files(self, path: str) -> list[str]:
         return [path + s for s in SUFFIXES]

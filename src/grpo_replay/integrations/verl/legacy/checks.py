@@ -1,7 +1,7 @@
 """What replay on verl's legacy `RayPPOTrainer` refuses at launch: per-row fields that the hook cannot rebuild
 for a stored rollout (it keeps token ids, log-probs and scalars, not verl's whole row).
 
-Each is a ValueError naming the setting; the entry point runs `check_config` before Ray starts and the legacy
+Also `replay.max_drift` (docs/verl.md). Each is a ValueError naming the setting; the entry point runs `check_config` before Ray starts and the legacy
 task runner runs it again inside its actor. Multi-modal batches cannot be told from the config (the dataset
 decides); the hook refuses them at the first update.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from ..settings import check_options, split_config
 
 ROUTER_REPLAY_MODES = ("actor_rollout_ref.actor.megatron.router_replay.mode",
                        "actor_rollout_ref.actor.veomni.router_replay.mode")
@@ -20,7 +22,11 @@ def _get(config: Any, dotted: str, default: Any = None) -> Any:
 
 
 def check_config(config: Any) -> None:
-    """Refuse router replay and on-policy distillation on the legacy trainer (ValueError naming the field)."""
+    """Refuse router replay, on-policy distillation and replay.max_drift on the legacy trainer (ValueError naming
+    the field)."""
+    replay = _get(config, "replay")
+    if replay is not None:
+        check_options(*split_config(OmegaConf.to_container(replay, resolve=True)), legacy=True)
     for field in ROUTER_REPLAY_MODES:
         mode = _get(config, field, "disabled")
         if mode not in (None, "disabled"):

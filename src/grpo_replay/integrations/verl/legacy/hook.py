@@ -36,10 +36,12 @@ import torch
 
 from ....advantage import group_advantages, nonzero_variance_mask
 from ....buffer import ReplayBuffer
-from ....composition import compose_batch
+from ....composed import ComposedBatch
 from ....config import ReplayConfig
 from .... import metric_names as mn
 from ....rollout import RolloutBatch
+from ....session import ReplaySession
+from ....tally import Tally
 from .._compat import DataProto
 from ..rows import prompt_key, row_advantages
 from ..settings import VerlReplaySettings, check_options, split_config
@@ -249,9 +251,13 @@ class ReplayHook:
     def __init__(self, config: Optional[ReplayConfig] = None, settings: Optional[VerlReplaySettings] = None):
         self.config = config or ReplayConfig()
         self.settings = settings or VerlReplaySettings()
-        check_options(self.config, self.settings)
-        self.buffer = ReplayBuffer(self.config, seed=self.settings.seed)
+        check_options(self.config, self.settings, legacy=True)
+        self.session = ReplaySession(self.config, seed=self.settings.seed)
         self.last_plan: Optional[ReplayPlan] = None
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        return self.session.buffer
 
     @classmethod
     def from_dict(cls, cfg: Optional[dict[str, Any]]) -> "ReplayHook":
@@ -289,7 +295,7 @@ class ReplayHook:
 
         # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
         # n_filtered is the replay count with replay.fill_filtered (ignored otherwise)
-        composed, kept = compose_batch(fresh.select(torch.from_numpy(used)), self.buffer, step, n_filtered=len(spare))
+        composed, kept = self.session.compose(fresh.select(torch.from_numpy(used)), step, n_filtered=len(spare))
         is_rep = composed.is_replay
         fresh_idx = used[kept.numpy()]
         replay_rows = composed.select(torch.nonzero(is_rep).flatten())
@@ -316,17 +322,22 @@ class ReplayHook:
             out.non_tensor_batch["uid"] = split_uid_runs(out.non_tensor_batch["uid"], dp, n_first=len(fresh_order))
         n_replay_tokens = int(sum(out.meta_info["global_token_num"][len(fresh_order) :]))
 
-        # Algorithm 1 step 7: insert this step's fresh non-zero-variance rows with birth step = global step.
+        # Algorithm 1 step 7: insert this step's fresh non-zero-variance rows with birth step = global step (the
+        # update window is this call: the rows were drawn from before they enter).
         ins = np.flatnonzero(nonzero)
-        n_ins = self.buffer.add(fresh.select(torch.from_numpy(ins)), step, prompt_keys=pkeys[ins]) if len(ins) else 0
+        self.session.defer(fresh.select(torch.from_numpy(ins)), prompt_keys=pkeys[ins])
+        n_ins = self.session.flush()
 
-        self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, replay_rows, n_replay, n_ins,
+        # the session's tally of the rows trained (fresh ones in `fresh_idx`, then the replayed ones)
+        trained = ComposedBatch([fresh.select(torch.from_numpy(np.asarray(fresh_idx, np.int64))),
+                                 replay_rows.select(torch.arange(n_replay))])
+        self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, Tally.of(trained, step), n_replay, n_ins,
                                     n_dropped_wide, n_replay_tokens)
         return out
 
     def _plan(
         self, step: int, N: int, mb: int, K: int, out: "DataProto", fresh_idx: np.ndarray, nonzero: np.ndarray,
-        replay_rows: RolloutBatch, n_replay: int, n_ins: int, n_dropped_wide: int, n_replay_tokens: int,
+        tally: Tally, n_replay: int, n_ins: int, n_dropped_wide: int, n_replay_tokens: int,
     ) -> ReplayPlan:
         """What this call did: row counts, the mini-batch the trainer must use, and the logged metrics."""
         total = len(out)
@@ -341,11 +352,9 @@ class ReplayHook:
             "replay/mini_batch_rows": float(mbr),
             "replay/replay_tokens": float(n_replay_tokens),
         }
-        if n_replay:  # no replayed rows: no age or |A| to report (a 0 would be averaged in as if it were one)
-            ages = (step - replay_rows.birth_step[:n_replay]).float()
-            metrics.update({mn.REPLAY_AGE_MEAN: float(ages.mean()), mn.REPLAY_AGE_MAX: float(ages.max()),
-                            mn.REPLAY_ABS_ADV: float(replay_rows.advantages[:n_replay].abs().mean())})
-        metrics.update({k: float(v) for k, v in self.buffer.stats(step).items() if not isinstance(v, list)})
+        # no replayed rows: no age or |A| in the tally (a 0 would be averaged in as if it were one)
+        metrics.update({k: float(v) for k, v in tally.metrics().items() if not isinstance(v, list)})
+        metrics.update({k: float(v) for k, v in self.session.buffer_metrics(step).items() if not isinstance(v, list)})
         return ReplayPlan(
             step=step,
             n_fresh_total=N,
@@ -362,14 +371,14 @@ class ReplayHook:
 
     # --- persistence (the buffer is the only state) -----------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return self.buffer.state_dict()
+        return self.session.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state)
+        self.session.load_state_dict(state)
 
     def save(self, path) -> None:
-        self.buffer.save(path)
+        self.session.save(path)
 
     def load(self, path) -> None:
-        self.buffer = ReplayBuffer.load(path, self.config)
+        self.session.load(path)
 
