@@ -220,3 +220,38 @@ def test_k_nan_losses_in_a_row_stop_the_run_with_a_checkpoint(train_args, tmp_pa
     assert state["bad_in_a_row"] == 2 and state["step"] == len(read_jsonl(out / "metrics.jsonl"))
     weights = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(ck / "model" / "model.safetensors"))
     assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_a_resumed_run_counts_the_reward_errors_of_the_steps_before_the_stop(train_args, reference_run, tmp_path,
+                                                                             monkeypatch):
+    """summary.json's reward_errors after a crash and resume equals the uninterrupted run's: the totals live in
+    each checkpoint, not only in the last process."""
+    import zlib
+
+    from grpo_replay.tasks.testbed import TestbedTask
+    from grpo_replay.trainer import loop
+
+    real, real_step = TestbedTask.reward, loop.step
+
+    def flaky(self, text, problem):  # deterministic in the text, so both runs fail on the same completions
+        if zlib.crc32(text.encode()) % 5 == 0:
+            raise KeyError("grader crashed")
+        return real(self, text, problem)
+
+    def crash_in_step_3(run, t):
+        if t == 2:
+            raise RuntimeError("killed in step 3")
+        return real_step(run, t)
+
+    monkeypatch.setattr(TestbedTask, "reward", flaky)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert main(train_args(whole, steps=4, checkpoint_every=1)) == 0
+    monkeypatch.setattr(loop, "step", crash_in_step_3)
+    with pytest.raises(RuntimeError, match="killed in step 3"):
+        main(train_args(resumed, steps=4, checkpoint_every=1))
+    monkeypatch.setattr(loop, "step", real_step)
+    assert main(train_args(resumed, steps=4, checkpoint_every=1)) == 0
+    rows = read_jsonl(resumed / "metrics.jsonl")
+    want = json.loads((whole / "summary.json").read_text())["reward_errors"]
+    got = json.loads((resumed / "summary.json").read_text())["reward_errors"]
+    assert sum(r["reward/errors"] for r in rows[:2]) > 0 and got == want

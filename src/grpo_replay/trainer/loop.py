@@ -197,6 +197,7 @@ def resume(run: Run) -> None:
     if ckpt is not None:
         run.state = state
         run.start = run.state.pop("step")
+        run.scorer.restore({k: run.state.pop(k, 0) for k in ("reward_errors", "reward_timeouts")})
         print(f"grpo-replay: resuming {run.run_dir} from {ckpt.name} (step {run.start} of {run.cfg.steps})", flush=True)
         run.generator.sync()  # an external engine (vLLM) was built from the base weights, not the restored ones
     run.run_dir.keep_logs_to(run.start if ckpt is not None else -1)  # the rows after it are redone
@@ -298,7 +299,8 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
                     replay=f"{row['replay/share']:.2f}")
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
-        run.run_dir.save_checkpoint(step_done, state, cfg.keep_checkpoints, model=run.model, tokenizer=run.tokenizer,
+        run.run_dir.save_checkpoint(step_done, {**state, **run.scorer.counts()}, cfg.keep_checkpoints,
+                                    model=run.model, tokenizer=run.tokenizer,
                                     optimizer=run.optimizer, scheduler=run.scheduler, buffer=run.buffer,
                                     prompt_rng=run.prompt_rng, drift=run.drift, config_yaml=cfg.to_yaml())
     if interrupted and not stop:

@@ -79,6 +79,15 @@ class RewardScorer:
         self.timeouts += timeouts
         return out, {"reward/errors": errors, "reward/timeouts": timeouts}
 
+    def counts(self) -> dict[str, int]:
+        """The run's totals so far, for a checkpoint (`restore` puts them back on resume, so a resumed run's
+        summary counts the steps before the resume too)."""
+        return {"reward_errors": self.errors, "reward_timeouts": self.timeouts}
+
+    def restore(self, counts: dict) -> None:
+        self.errors = int(counts.get("reward_errors", 0))
+        self.timeouts = int(counts.get("reward_timeouts", 0))
+
     def _score(self, text: str, problem: object) -> tuple[float, str]:
         fut = self._worker.submit(self.reward_fn, text, problem)
         try:

@@ -279,9 +279,34 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
                                 processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
+    counts = reward_counts_callback(scorer, trainer.accelerator.process_index)
+    trainer.add_callback(counts)
+    counts.restore(resume)
     trainer.train(resume_from_checkpoint=resume)
     trl_settings.raise_if_stopped(cfg, trainer)
     trainer.save_model(str(Path(run_dir) / "final"))
     (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
     return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info,
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)
+
+
+def reward_counts_callback(scorer: RewardScorer, rank: int):
+    """A TRL callback that keeps the reward scorer's error and timeout totals (this process's) in every checkpoint
+    and puts them back on resume, so a resumed run's summary.json counts the steps before the resume too."""
+    from transformers import TrainerCallback
+
+    name = f"grpo_replay_reward_counts_rank{rank}.json"
+
+    class _RewardCounts(TrainerCallback):
+        def on_save(self, args, state, control, **_: Any):  # after TRL wrote checkpoint-<step>
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if path.is_dir():
+                (path / name).write_text(json.dumps(scorer.counts()))
+
+        def restore(self, checkpoint: Optional[str]) -> None:
+            saved = Path(checkpoint) / name if checkpoint else None
+            if saved is not None and saved.is_file():
+                scorer.restore(json.loads(saved.read_text()))
+
+    return _RewardCounts()
+
