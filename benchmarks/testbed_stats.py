@@ -19,13 +19,14 @@ import argparse
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from grpo_replay.app.configio import parse_value  # noqa: E402
+from grpo_replay.app.configio import check_value, parse_value  # noqa: E402
 from grpo_replay.tasks.testbed import TestbedConfig, TestbedTask, forced_mode_pass_rate, warm_start  # noqa: E402
 from grpo_replay.tasks.testbed.testbed_config import TESTBED_PRESETS  # noqa: E402
 from grpo_replay.trainer.evaluation import evaluate  # noqa: E402
@@ -44,11 +45,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the numbers to this file")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    sets = {}
+    sets, fields = {}, typing.get_type_hints(TestbedConfig)
     for item in a.set:
         k, v = item.split("=", 1)
-        v = parse_value(v)
-        sets[k.removeprefix("testbed.")] = tuple(v) if isinstance(v, list) else v
+        key = k.removeprefix("testbed.")
+        if key not in fields:
+            ap.error(f"--set {item}: unknown key {k!r}; allowed: the TestbedConfig fields")
+        sets[key] = check_value(k, parse_value(v), fields[key])  # the field's type, as `grpo-replay train` does
     cfg = TestbedConfig.named(a.testbed, **sets)
     t0 = time.perf_counter()
     model, tok, info = warm_start(cfg, progress=True)

@@ -18,6 +18,8 @@ BAD_INPUT = {
     "compare": (["compare", "--quick", "--comparisons", "nope", "--out", "c"],
                 "grpo-replay compare: error: unknown comparison(s) ['nope']; allowed: "),
     "plot": (["plot", "r", "--out", "p.pdf"], "grpo-replay plot: error: --out p.pdf must be a .png file"),
+    "preflight": (["preflight", "nonsense"],
+                  "grpo-replay preflight: error: 'nonsense' is not a launch it knows; allowed: grpo-replay train"),
 }
 
 

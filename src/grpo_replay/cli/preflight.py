@@ -58,7 +58,7 @@ def resolve(launch: list[str], host, gpu_memory):
         from ..preflight.trl_launch import check_trl_launch
 
         return check_trl_launch(launch, host, gpu_memory)
-    raise UsageError(f"grpo-replay preflight: {' '.join(launch[:3])!r} is not a launch it knows; allowed: "
+    raise UsageError(f"{' '.join(launch[:3])!r} is not a launch it knows; allowed: "
                      + " | ".join(FORMS))
 
 
