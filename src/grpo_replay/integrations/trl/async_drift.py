@@ -112,7 +112,8 @@ def bounded_loss(trainer, compute_loss: Callable, model, inputs: dict[str, Any],
     # TRL timed the second call's (stored) forward; the step's forward time is the real one.
     trainer._step_forward_s += forward.seconds - trainer._last_forward_time_s
     trainer._last_forward_time_s = forward.seconds
-    gathered = accel.gather(torch.stack([seqs.double(), drift.double().to(seqs.device), dropped.double().to(seqs.device)]).T)
+    own = torch.stack([seqs.double(), drift.double().to(seqs.device), dropped.double().to(seqs.device)], dim=1)
+    gathered = accel.gather(own)  # (processes x S, 3): every row's samples, in the collator's order
     replayed = gathered[:, 0] >= 0
     measured = Measured(gathered[replayed, 0].long().cpu(), gathered[replayed, 1].float().cpu(),
                         gathered[replayed, 2].bool().cpu())
