@@ -36,7 +36,7 @@ from .config import ReplayConfig
 from .rollout import RolloutBatch, nonfinite_logp_rows, unchecked_batch
 from .tally import Tally
 
-__all__ = ["ReplaySession", "effective_age_bound"]
+__all__ = ["ReplaySession", "effective_age_bound", "over_drift_bound"]
 
 
 def effective_age_bound(tau_max: Optional[int], engine_bound: Optional[int]) -> Optional[int]:
@@ -44,6 +44,11 @@ def effective_age_bound(tau_max: Optional[int], engine_bound: Optional[int]) -> 
     if engine_bound is None:
         return tau_max
     return int(engine_bound) if tau_max is None else min(int(tau_max), int(engine_bound))
+
+
+def over_drift_bound(is_replay: torch.Tensor, drift: torch.Tensor, max_drift: float) -> torch.Tensor:
+    """(B,) bool: the replayed rows whose drift exceeds `max_drift` (fresh rows never are), on the CPU."""
+    return is_replay.cpu() & (drift.detach().cpu() > max_drift)
 
 
 class ReplaySession:
@@ -135,7 +140,7 @@ class ReplaySession:
         none without the option. Fresh rows are never among them."""
         if self.config.max_drift is None:
             return torch.zeros(len(batch), dtype=torch.bool)
-        return batch.is_replay.cpu() & (drift.detach().cpu() > self.config.max_drift)
+        return over_drift_bound(batch.is_replay, drift, self.config.max_drift)
 
     def evict_drifted(self, seqs: Any) -> int:
         """Evict the stored rows with insertion numbers `seqs` (the `buffer_seq` of the replayed rows an update

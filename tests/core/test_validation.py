@@ -57,17 +57,16 @@ def test_trl_config_rejects_non_finite_replay_fields(tmp_path):
             ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kw)
 
 
-def test_trl_configs_take_the_replay_options_and_only_async_refuses_max_drift(tmp_path):
+def test_trl_configs_take_the_replay_options(tmp_path):
     pytest.importorskip("trl")
     from grpo_replay.integrations.trl import ReplayAsyncGRPOConfig, ReplayGRPOConfig
 
-    for field, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0), ("max_drift", 0.5)):
-        c = ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{f"replay_{field}": value})
-        assert getattr(c.to_replay_config(), field) == value
-    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.5 is invalid; allowed: None \(the TRL async integration does not"):
-        ReplayAsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, replay_max_drift=0.5)
-    with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.0 is invalid"):
-        ReplayGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, replay_max_drift=0.0)
+    for cls in (ReplayGRPOConfig, ReplayAsyncGRPOConfig):
+        for field, value in (("fill_filtered", True), ("max_uses", 2), ("age_decay", 3.0), ("max_drift", 0.5)):
+            c = cls(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{f"replay_{field}": value})
+            assert getattr(c.to_replay_config(), field) == value
+        with pytest.raises(ValueError, match=r"ReplayConfig\.max_drift=0\.0 is invalid"):
+            cls(output_dir=str(tmp_path), use_cpu=True, bf16=False, replay_max_drift=0.0)
 
 
 # --- non-finite rewards -----------------------------------------------------------------------------

@@ -13,9 +13,10 @@ from async_setup import async_kwargs, make_async_trainer  # noqa: E402
 from grpo_replay import ReplayConfig  # noqa: E402
 from grpo_replay.errors import ConfigError  # noqa: E402
 
-# One value away from the paper default per core field (max_drift is refused below).
+# One value away from the paper default per core field.
 CORE_VALUES = dict(tau_max=3, replay_ratio=0.25, alpha=0.7, eps=1e-3, priority="uniform", composition="pool",
-                   granularity="group", warmup_steps=2, capacity=100, replacement=True, max_uses=2, age_decay=5.0)
+                   granularity="group", warmup_steps=2, capacity=100, replacement=True, max_uses=2, age_decay=5.0,
+                   max_drift=0.1)
 
 
 def _config(tmp_path, **kw):
@@ -37,7 +38,7 @@ def test_every_field_is_trl_s_or_a_replay_field(tmp_path):
     assert ours == trl_keys | replay and not trl_keys & replay
     assert replay == {f.name for f in dataclasses.fields(ReplayGRPOConfig)} - {f.name for f in dataclasses.fields(
         __import__("trl").GRPOConfig)}  # the same replay keys as the synchronous config
-    assert set(CORE_VALUES) | {"max_drift", "fill_filtered"} == set(REPLAY_FIELDS)
+    assert set(CORE_VALUES) | {"fill_filtered"} == set(REPLAY_FIELDS)
 
 
 @pytest.mark.parametrize("core", sorted(CORE_VALUES))
@@ -56,7 +57,7 @@ def test_fill_filtered_and_no_limits_reach_the_replay_config(tmp_path):
 
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(replay_max_drift=0.1), "max_drift"),
+    (dict(replay_max_drift=0.0), "max_drift"),
     (dict(replay_tau_max=0), "replay_tau_max=0 with max_staleness=4"),
     (dict(max_staleness=0), "max_staleness=0"),
     (dict(learning_rate=math.nan), "learning_rate"),
@@ -81,8 +82,8 @@ def test_trainer_refusals(tmp_path):
 
     with pytest.raises(ConfigError, match="returns no behaviour log-probs"):
         make_async_trainer(tmp_path, worker_cls=NoLogps)
-    with pytest.raises(ConfigError, match="max_drift"):
-        ReplayAsyncGRPOTrainer(model=str(tmp_path / "model"), replay_config=ReplayConfig.paper(max_drift=0.1))
+    with pytest.raises(ValueError, match="max_drift"):
+        ReplayAsyncGRPOTrainer(model=str(tmp_path / "model"), replay_config=ReplayConfig.paper(max_drift=-1.0))
 
 
 def test_worker_with_zero_log_probs_is_refused_at_its_first_sample(tmp_path):

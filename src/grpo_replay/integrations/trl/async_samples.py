@@ -4,7 +4,7 @@ A sample is the dict TRL's `RolloutQueueDataset` yields (what its planner and co
 `completion_mask` (L,) int64 (1 = a token the loss is taken over), `old_log_probs` (L,) float32 (the sampler's
 log-probs, read where the mask is 1), `advantage` float, `group_id` int, `metrics` dict (per-sample rewards, logged by
 the collator). This integration adds `model_version` (the version stamp the sample left the queue with) and its own
-bookkeeping keys (`SERIAL`, `IS_REPLAY`, `AGE`), which TRL's planner and collator do not read.
+bookkeeping keys (`SERIAL`, `IS_REPLAY`, `AGE`, and a replayed row's `BUFFER_SEQ`), which TRL's planner and collator do not read.
 
 As a buffer row, the prompt is everything before the first loss token and the completion runs from there through the
 last loss token; context tokens between loss tokens (tool results, a demoted turn) stay, with mask 0. Tokens after the
@@ -24,6 +24,7 @@ from ...rollout import RolloutBatch
 SERIAL = "replay_serial"  # int: emission number, unique over the run (checkpoints included)
 IS_REPLAY = "replay_is_replay"  # bool
 AGE = "replay_age"  # int: model versions since the row was generated, measured when it was drawn (0 for fresh)
+BUFFER_SEQ = "replay_buffer_seq"  # int: a replayed row's insertion number in the buffer (absent for fresh samples)
 
 
 def zero_variance(sample: dict[str, Any]) -> bool:
@@ -113,6 +114,7 @@ def from_batch(batch: RolloutBatch, group_ids: Sequence[int], ages: Sequence[int
             "model_version": int(batch.birth_step[i]),
             IS_REPLAY: True,
             AGE: int(ages[i]),
+            BUFFER_SEQ: int(batch.buffer_seq[i]),
         })
     return out
 

@@ -2,8 +2,7 @@
 fields as `ReplayGRPOConfig`).
 
 Every key either reaches TRL (all of `AsyncGRPOConfig`'s, unchanged) or the replay step, or is refused here, before
-anything is loaded: `replay_max_drift` (`ASYNC_REFUSED`), NaN or infinite
-floats, and an age bound that cannot hold: ages are counted in model versions, the unit of `max_staleness`, and a
+anything is loaded: NaN or infinite floats, and an age bound that cannot hold: ages are counted in model versions, the unit of `max_staleness`, and a
 replayed row is at least one version old, so replay needs min(replay_tau_max, max_staleness) >= 1.
 """
 from __future__ import annotations
@@ -12,14 +11,10 @@ from dataclasses import dataclass
 
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from ...config import ReplayConfig, refuse_options
+from ...config import ReplayConfig
 from ...errors import ConfigError
 from ...session import effective_age_bound
 from .replay_fields import ReplayFieldsMixin, check_finite, with_replay_fields
-
-# Options beyond the paper ReplayAsyncGRPOTrainer does not implement: the drift of a replayed sample would be read
-# off TRL's packed forward, which this integration does not hook (docs/trl.md).
-ASYNC_REFUSED = ("max_drift",)
 
 ASYNC_FLOATS = ("epsilon", "epsilon_high", "temperature", "top_p", "min_p", "repetition_penalty", "learning_rate")
 
@@ -45,7 +40,6 @@ class ReplayAsyncGRPOConfig(ReplayFieldsMixin, AsyncGRPOConfig):
         super().__post_init__()
         check_finite(self, ASYNC_FLOATS)
         replay = self.to_replay_config()
-        refuse_options(replay, "TRL async", ASYNC_REFUSED)
         check_age_bound(replay, self.max_staleness)
 
     @property

@@ -11,6 +11,8 @@ Hook points (narrow; no TRL method body is copied):
 - `_save_checkpoint` / `_inner_training_loop`: the buffer and the composer's state (samples trained on but not yet
   stored, samples handed to the planner but not yet trained on, the model version, and the rollout worker's state
   when it has a `state_dict`) are saved in each checkpoint and restored on `resume_from_checkpoint`.
+- `compute_loss` (only under `replay.max_drift`): TRL's loss, with the replayed samples whose drift on its forward
+  exceeds the bound left out of its terms and normaliser, and evicted (async_drift.py).
 - `log`: the cumulative eviction counters are logged as totals.
 
 With replay off (replay_ratio == 0, e.g. the grpo preset) nothing is wrapped: the trainer is AsyncGRPOTrainer.
@@ -29,13 +31,14 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from ... import metric_names as mn
-from ...config import ReplayConfig, refuse_options
+from ...config import ReplayConfig
 from ...errors import ConfigError
 from ...tally import Tally
 from .async_composer import AsyncComposer, chunk_size
+from .async_drift import SEQ_KEY, Measured, bounded_loss, row_seqs
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
 from .master_weights import check_master_weights
-from .replay_async_config import ASYNC_REFUSED, check_age_bound
+from .replay_async_config import check_age_bound
 from .replay_fields import resolve_replay_config
 
 logger = get_logger(__name__)
@@ -54,7 +57,6 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         targs, worker = bound.get("args"), bound.get("rollout_worker")
         replay_config = resolve_replay_config("ReplayAsyncGRPOTrainer", targs, replay_config)
         # Refused before AsyncGRPOTrainer loads anything.
-        refuse_options(replay_config, "TRL async", ASYNC_REFUSED)
         staleness = targs.max_staleness if targs is not None else AsyncGRPOConfig.max_staleness
         age_bound = check_age_bound(replay_config, staleness)
         if replay_config.enabled and getattr(worker, "provides_behaviour_logps", True) is False:
@@ -75,6 +77,8 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.replay_rows_per_process: deque[int] = deque(maxlen=100_000)
         self._replay_collated: deque[list[int]] = deque()
         self._replay_step: list[dict[str, Any]] = []
+        self._replay_drift: list[Measured] = []  # this step's micro-batches, under max_drift
+        self._replay_drift_on = replay_config.enabled and replay_config.max_drift is not None
         self.replay_composer: Optional[AsyncComposer] = None
         if replay_config.enabled and self.accelerator.is_main_process:
             seed = getattr(self.args, "replay_seed", None)
@@ -97,8 +101,18 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         stamps = _StampingQueue(source.queue)
         source.queue = stamps
         planner.dataset = _ComposedSamples(self.replay_composer, source, stamps)
-        base.collate_fn = _RecordingCollator(base.collate_fn, self._replay_collated)
+        base.collate_fn = _RecordingCollator(base.collate_fn, self._replay_collated, self._replay_drift_on)
         return loader
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self._replay_drift_on:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss, measured = bounded_loss(self, super().compute_loss, model, inputs, self.replay_config.max_drift,
+                                      return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        if self.replay_composer is not None:  # the main process: the buffer's
+            self.replay_composer.session.evict_drifted(measured.seqs[measured.dropped])
+            self._replay_drift.append(measured)
+        return loss
 
     def training_step(self, model, inputs, num_items_in_batch):
         out = super().training_step(model, inputs, num_items_in_batch)
@@ -161,6 +175,11 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
                                 torch.tensor([int(s[AGE]) for s in samples], dtype=torch.long))
         # The zero-variance share counts fresh samples (a group's samples may fall in different steps).
         tally.update(groups=float(len(fresh)), zero_variance_groups=float(sum(map(zero_variance, fresh))))
+        if self._replay_drift_on:  # over every replayed sample trained on, the dropped ones included
+            measured, self._replay_drift = self._replay_drift, []
+            tally.update(Tally.of_drift_values(torch.cat([m.drift for m in measured]) if measured else None,
+                                               torch.cat([m.dropped for m in measured]) if measured
+                                               else torch.zeros(0, dtype=torch.bool)))
         for k, v in tally.metrics().items():
             if k != mn.REPLAY_AGE_HIST:
                 metrics[k].append(float(v))
@@ -219,12 +238,15 @@ class _ComposedSamples(torch.utils.data.IterableDataset):
 
 class _RecordingCollator:
     """TRL's collator, recording the serials of each micro-batch's samples (in the order they are collated, which is
-    the order they are trained on)."""
+    the order they are trained on); with `seqs`, the batch also names each row's replayed samples (`SEQ_KEY`)."""
 
-    def __init__(self, inner, log: deque):
-        self.inner, self.log = inner, log
+    def __init__(self, inner, log: deque, seqs: bool):
+        self.inner, self.log, self.seqs = inner, log, seqs
 
     def __call__(self, examples):
         (rows,) = examples
         self.log.append([s[SERIAL] for row in rows for s in row.samples])
-        return self.inner(examples)
+        batch = self.inner(examples)
+        if self.seqs:  # replay.max_drift: which of each row's samples are replayed rows, and which (async_drift.py)
+            batch[SEQ_KEY] = row_seqs(rows)
+        return batch
