@@ -23,8 +23,9 @@ def test_verl_file_logger_output_is_what_the_share_check_reads(tmp_path, monkeyp
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     tracking = Tracking(project_name="grpo-replay", experiment_name="gpu-smoke", default_backend=["console", "file"])
     for step, replayed in ((1, 0), (2, 32)):  # 64 fresh rows a step; the second replays the paper ratio's third
-        tracking.log({mn.FRESH_COUNT: 64.0, mn.REPLAY_COUNT: float(replayed), mn.REPLAY_SHARE: replayed / (64 + replayed),
-                      "actor/pg_loss": np.float32(-0.01), "training/global_step": step}, step=step)
+        tracking.log({mn.FRESH_COUNT: 64.0, mn.REPLAY_COUNT: float(replayed),
+                      mn.REPLAY_SHARE: replayed / (64 + replayed), "actor/pg_loss": np.float32(-0.01),
+                      "training/global_step": step}, step=step)
     tracking.log({"val-core/math/acc/mean@1": 0.25}, step=2)
     tracking.finish()
     check = [sys.executable, str(gc.ROOT / "scripts/check_replay_share.py"), str(path), "--ratio", "0.5"]
