@@ -1,10 +1,13 @@
-"""Did a finished run replay what it was configured to? Reads the run's per-step metrics (the built-in trainer's
-metrics.jsonl, or TRL's trainer_state.json log history) and checks the realised replay share against
-ratio / (1 + ratio): some step replayed, at least one step realised the configured share, and none exceeded it.
-A run that replays nothing (the method silently GRPO) or a fixed fraction short of the ratio fails, whatever its
-exit code was. Used by scripts/gpu_smoke.sh after the builtin and trl paths.
+"""Did a finished run replay what it was configured to? Reads the run's per-step metrics and checks the realised
+replay share against ratio / (1 + ratio): some step replayed, at least one step realised the configured share, and
+none exceeded it. A run that replays nothing (the method silently GRPO) or a fixed fraction short of the ratio
+fails, whatever its exit code was. Used by scripts/gpu_smoke.sh after the builtin, trl, trl-async and verl paths.
 
-    python scripts/check_replay_share.py RUN_DIR --ratio 0.5      # exit 0 ok, 1 the share is wrong, 2 no metrics
+RUN is a run folder (the built-in trainer's metrics.jsonl, or TRL's trainer_state.json log history) or a JSON-lines
+file: rows of metrics, or verl's `file` logger (trainer.logger=[...,"file"], written to $VERL_FILE_LOGGER_PATH),
+whose rows are {"step": N, "data": {metric: value}}.
+
+    python scripts/check_replay_share.py RUN --ratio 0.5      # exit 0 ok, 1 the share is wrong, 2 no metrics
 """
 from __future__ import annotations
 
@@ -17,14 +20,22 @@ SHARE, COUNT = "replay/share", "replay/count"
 LEGACY_COUNT = "replay/rows"  # TRL's earlier name
 
 
+def _jsonl(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file; a verl `file` logger row {"step", "data"} becomes its metrics and step."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{**r["data"], "step": r["step"]} if isinstance(r.get("data"), dict) and "step" in r else r for r in rows]
+
+
 def step_rows(run: Path) -> list[dict]:
     """One dict per logged training step with a replay share, from whichever log the run has."""
-    if (run / "metrics.jsonl").is_file():
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    if run.is_file():
+        rows = _jsonl(run)
+    elif (run / "metrics.jsonl").is_file():
+        rows = _jsonl(run / "metrics.jsonl")
     elif (run / "trainer_state.json").is_file():
         rows = json.loads((run / "trainer_state.json").read_text())["log_history"]
     else:
-        raise FileNotFoundError(f"{run}: neither metrics.jsonl nor trainer_state.json")
+        raise FileNotFoundError(f"{run}: neither a metrics file nor a folder with metrics.jsonl or trainer_state.json")
     out = []
     for r in rows:
         if SHARE in r:

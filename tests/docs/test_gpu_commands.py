@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata as md
+import json
 import importlib.util
 import os
 import re
@@ -25,6 +26,7 @@ import gpu_commands as gc
 ROOT = gc.ROOT
 TRL_SCRIPT = ROOT / "examples/trl/train_qwen3_math_replay.py"
 TRL_YAML = ROOT / "examples/trl/qwen3_0.6b_math_replay.yaml"
+ASYNC_SCRIPT = ROOT / "examples/trl/train_qwen3_math_async_replay.py"
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,8 @@ def test_the_collection_sees_every_kind_of_command(doc_records, smoke):
     verl = [r for r in doc_records if gc.strip_python_m(r["argv"], "grpo_replay.integrations.verl.main") is not None]
     assert len(verl) >= 6  # README, paper_table and verl.md's five variants
     assert set(smoke) == {"testbed", "builtin-preflight", "builtin", "builtin-share", "trl-preflight", "trl",
-                          "trl-share", "verl-data", "verl-preflight", "verl"}
+                          "trl-share", "trl-async-preflight", "trl-async-server", "trl-async", "trl-async-share",
+                          "verl-data", "verl-preflight", "verl", "verl-share"}
 
 
 # ------------------------------------------------------------------------------------------- grpo-replay CLI
@@ -209,6 +212,46 @@ def test_gpu_smoke_trl_command_parses(smoke):
     assert training.generation_batch_size == 8 and training.num_generations == 4 and training.steps_per_generation == 1
 
 
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_gpu_smoke_trl_async_command_parses(smoke, monkeypatch):
+    """The async path: the launch parses with accelerate's parser and the async script's own TrlParser, talks to the
+    server the path starts (same port, model and dtype, another GPU), plans the paper ratio's third exactly, and its
+    run is the one the share line checks."""
+    from accelerate.commands.launch import launch_command_parser
+    from trl import TrlParser
+
+    from grpo_replay.integrations.trl import ReplayAsyncGRPOConfig
+
+    launch, server = smoke["trl-async"], smoke["trl-async-server"]
+    i = launch.index("accelerate.commands.launch")
+    args = launch_command_parser().parse_args(launch[i + 1 :])
+    assert Path(args.training_script).resolve() == ASYNC_SCRIPT and args.num_processes == 1
+    monkeypatch.syspath_prepend(str(ASYNC_SCRIPT.parent))  # it imports the synchronous example's reward
+    spec = importlib.util.spec_from_file_location("train_qwen3_math_async_replay", ASYNC_SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    script_args, training = TrlParser((mod.AsyncScriptArguments, ReplayAsyncGRPOConfig)).parse_args_and_config(
+        [*args.training_script_args, "--use_cpu", "true"])
+    assert training.max_steps == 3 and training.report_to == [] and training.replay_preset == "paper"
+    # 12 samples a step = 8 fresh (two groups of 4) + 4 replayed: the share 1/3 exactly, after a one-step warm-up
+    assert training.per_device_train_batch_size * training.gradient_accumulation_steps == 12
+    assert training.num_generations == 4 and training.replay_warmup_steps == 1
+    j = server.index("vllm.entrypoints.cli.main")
+    assert server[j + 1 : j + 3] == ["serve", script_args.model_name_or_path]
+    assert training.vllm_server_base_url == f"http://127.0.0.1:{_value(server, '--port')}"
+    assert _value(server, "--dtype") == training.dtype == "float32"
+    assert json.loads(_value(server, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert "VLLM_SERVER_DEV_MODE=1" in server
+    devices = {a for a in server + launch if a.startswith("CUDA_VISIBLE_DEVICES=")}
+    assert devices == {"CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"}, devices  # NCCL: one rank a device
+    share = smoke["trl-async-share"]
+    assert share[1:] == ["scripts/check_replay_share.py", training.output_dir, "--ratio", "0.5"], share
+
+
 def test_preflight_names_the_extra_of_each_missing_package(monkeypatch):
     script = _trl_script()
     args = type("A", (), {"use_vllm": True, "report_to": ["wandb", "tensorboard"]})()
@@ -248,7 +291,8 @@ def test_gpu_smoke_is_valid_bash_and_refuses_without_a_gpu(tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "venv").exists()  # nothing made or installed
     bad = subprocess.run(["bash", "scripts/gpu_smoke.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={**env, "GPU_SMOKE_PATHS": "builtin vlm"})
-    assert bad.returncode == 2 and "unknown path 'vlm'" in bad.stderr and "allowed: testbed builtin trl verl" in bad.stderr
+    assert bad.returncode == 2 and "unknown path 'vlm'" in bad.stderr
+    assert "allowed: testbed builtin trl trl-async verl" in bad.stderr
 
 
 def test_gpu_smoke_reports_one_line_per_path_and_exit_3_on_a_failure(tmp_path):
@@ -282,7 +326,7 @@ def test_gpu_smoke_preflights_pass_on_cpu(smoke, tmp_path, capsys):
     card; the verl path's data is what its verl-data step writes (stand-in files here)."""
     from grpo_replay.cli import main
 
-    for name in ("builtin-preflight", "trl-preflight", "verl-preflight"):
+    for name in ("builtin-preflight", "trl-preflight", "trl-async-preflight", "verl-preflight"):
         argv = smoke[name]
         i = argv.index("preflight")
         launch = [a.replace(str(ROOT / "runs"), str(tmp_path)) for a in argv[i + 1:]]
@@ -330,47 +374,117 @@ def test_setup_verl_gpu_builds_flash_attn_for_the_host_gpu_only(tmp_path):
     assert "FLASH_ATTN_CUDA_ARCHS=90" in out.stderr
 
 
-@pytest.mark.parametrize("path", ["builtin", "trl"])
-def test_gpu_smoke_fails_a_run_that_replays_nothing(tmp_path, path):
-    """The builtin and trl paths pass on their realised replay share, not on the exit code: a stand-in run that
-    exits 0 having replayed nothing (or a third short of the ratio) fails its share line and the script (exit 3);
-    one that replayed ratio/(1+ratio) passes."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
-    # The stand-in python writes the run's log as the engine would (metrics.jsonl / TRL's trainer_state.json) for
-    # the training command, and runs the real checker.
-    py = bin_dir / "fake-python"
-    py.write_text(f"""#!{sys.executable}
+# The stand-in python of the runs below: it writes the run's log as the engine would (metrics.jsonl, TRL's
+# trainer_state.json, verl's file logger at VERL_FILE_LOGGER_PATH when trainer.logger names "file"), serves /health
+# as the vLLM server until stopped, and runs the real share checker.
+_FAKE_PYTHON = """#!{python}
 import json, os, sys, pathlib, subprocess
 args = sys.argv[1:]
 if args and args[0] == "scripts/check_replay_share.py":
-    sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
-if "preflight" in args:
+    sys.exit(subprocess.run([{python!r}, *args]).returncode)
+if "preflight" in args or args[:1] == ["-"]:  # a preflight; the verl-data step's script on stdin
+    sys.exit(0)
+if args[:2] == ["-m", "vllm.entrypoints.cli.main"]:
+    import http.server
+    pathlib.Path(os.environ["FAKE_SERVER_PID"]).write_text(str(os.getpid()))
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Health).serve_forever()
+if os.environ.get("FAKE_TRAIN_RC"):
+    sys.exit(int(os.environ["FAKE_TRAIN_RC"]))
+shares = [float(x) for x in os.environ["FAKE_SHARES"].split()]
+rows = [{{"step": i + 1, "replay/share": s, "replay/count": 8.0 * s / (1 - s)}} for i, s in enumerate(shares)]
+if args[:2] == ["-m", "grpo_replay.integrations.verl.main"]:
+    loggers = [a for a in args if a.startswith("trainer.logger=")][-1]
+    if '"file"' in loggers:
+        pathlib.Path(os.environ["VERL_FILE_LOGGER_PATH"]).write_text(
+            "".join(json.dumps({{"step": r["step"], "data": r}}) + "\\n" for r in rows))
     sys.exit(0)
 out = pathlib.Path(args[args.index("--out" if "--out" in args else "--output_dir") + 1])
 out.mkdir(parents=True, exist_ok=True)
-shares = [float(x) for x in os.environ["FAKE_SHARES"].split()]
-rows = [{{"step": i + 1, "replay/share": s, "replay/count": 8.0 * s / (1 - s)}} for i, s in enumerate(shares)]
 if "--out" in args:
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
 else:
     (out / "trainer_state.json").write_text(json.dumps({{"log_history": rows}}))
-""")
-    for f in bin_dir.iterdir():
+"""
+
+
+def _fake_gpu_host(tmp_path, gpus: int = 2) -> dict:
+    """nvidia-smi listing `gpus` GPUs, the stand-in python (also verl's environment's), a free server port."""
+    import socket
+
+    bin_dir = tmp_path / "bin"
+    (tmp_path / "verl-venv/bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    smi = "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(gpus))
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n" + smi)
+    py = bin_dir / "fake-python"
+    py.write_text(_FAKE_PYTHON.format(python=sys.executable))
+    (tmp_path / "verl-venv/bin/python").write_text(py.read_text())
+    for f in (*bin_dir.iterdir(), tmp_path / "verl-venv/bin/python"):
         f.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py), "GPU_SMOKE_PATHS": path}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": str(py),
+           "VERL_GPU_VENV": str(tmp_path / "verl-venv"), "GPU_SMOKE_VLLM_PORT": str(port),
+           "FAKE_SERVER_PID": str(tmp_path / "server.pid")}
     env.pop("GPU_SMOKE_DRY_RUN", None)
+    return env
+
+
+def _server_gone(tmp_path) -> bool:
+    pid = int((tmp_path / "server.pid").read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("path", ["builtin", "trl", "trl-async", "verl"])
+def test_gpu_smoke_fails_a_run_that_replays_nothing(tmp_path, path):
+    """Every training path passes on its realised replay share, not on the exit code: a stand-in run that exits 0
+    having replayed nothing (or a third short of the ratio) fails its share line and the script (exit 3); one that
+    replayed ratio/(1+ratio) passes. The trl-async path's server is up before its run and gone after it."""
+    env = {**_fake_gpu_host(tmp_path), "GPU_SMOKE_PATHS": path}
+    before = {"trl-async": [["trl-async-preflight", "ok"], ["trl-async-server", "ok"]],
+              "verl": [["verl-data", "ok"], ["verl-preflight", "ok"]]}.get(path, [[f"{path}-preflight", "ok"]])
     for shares, rc in (("0 0 0", 3), ("0 0.2222 0.2222", 3), ("0 0.3333 0.3333", 0)):
         out = tmp_path / f"out-{rc}-{shares.replace(' ', '_')}"
         run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(out)], cwd=ROOT, capture_output=True, text=True,
                              timeout=120, env={**env, "FAKE_SHARES": shares})
         lines = [l.split()[:2] for l in run.stdout.splitlines()]
-        assert lines == [[f"{path}-preflight", "ok"], [path, "ok"],
-                         [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
+        assert lines == [*before, [path, "ok"], [f"{path}-share", "ok" if rc == 0 else "FAILED"]], (shares, run)
         assert run.returncode == rc, (shares, run)
         if rc:
             assert "check_replay_share" in (out / f"{path}-share.log").read_text()
+        if path == "trl-async":
+            assert _server_gone(tmp_path)
+
+
+def test_gpu_smoke_trl_async_stops_its_server_when_the_run_fails(tmp_path):
+    env = {**_fake_gpu_host(tmp_path), "GPU_SMOKE_PATHS": "trl-async", "FAKE_TRAIN_RC": "1"}
+    run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert [l.split()[:2] for l in run.stdout.splitlines()] == [["trl-async-preflight", "ok"],
+                                                                ["trl-async-server", "ok"], ["trl-async", "FAILED"]]
+    assert run.returncode == 3 and _server_gone(tmp_path), run
+
+
+def test_gpu_smoke_skips_trl_async_on_one_gpu(tmp_path):
+    """One GPU: the preflight runs, the path is skipped with its reason, no server is started, the script passes."""
+    env = {**_fake_gpu_host(tmp_path, gpus=1), "GPU_SMOKE_PATHS": "trl-async"}
+    run = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env=env)
+    lines = run.stdout.splitlines()
+    assert [l.split()[:2] for l in lines] == [["trl-async-preflight", "ok"], ["trl-async", "skipped"]], run
+    assert "needs 2 GPUs" in lines[1] and run.returncode == 0
+    assert not (tmp_path / "server.pid").exists() and not (tmp_path / "out/trl-async-server.log").exists()
 
 
 # ------------------------------------------------------------------------------------------- install lines
