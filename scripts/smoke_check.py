@@ -62,7 +62,7 @@ def check_composed(batch: RolloutBatch, n_fresh: int, step: int, stored: int, cf
 
 
 class Recorder:
-    """Wraps a trainer module's `compose_batch` and checks every batch it returns."""
+    """Wraps `compose_batch` (each trainer composes through its ReplaySession) and checks every batch it returns."""
 
     def __init__(self, name: str):
         self.name, self.problems, self.batches, self.replay_rows = name, [], 0, 0
@@ -134,21 +134,22 @@ def train_config(args: argparse.Namespace, out: Path):
 
 
 def run_builtin(args: argparse.Namespace) -> Recorder:
+    import grpo_replay.session as session_mod
     import grpo_replay.trainer.loop as loop
 
     rec = Recorder("builtin")
     cfg = train_config(args, args.out / "builtin")
-    real_compose, real_build = loop.compose_batch, loop.build_policy
+    real_compose, real_build = session_mod.compose_batch, loop.build_policy
 
     def build_in_dtype(c, device):
         model, *rest = real_build(c, device)
         return (model.to(DTYPES[args.dtype]), *rest)
 
-    loop.compose_batch, loop.build_policy = rec.wrap(real_compose), build_in_dtype
+    session_mod.compose_batch, loop.build_policy = rec.wrap(real_compose), build_in_dtype
     try:
         loop.train(cfg)
     finally:
-        loop.compose_batch, loop.build_policy = real_compose, real_build
+        session_mod.compose_batch, loop.build_policy = real_compose, real_build
     rows = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
     if any(r["skipped_nonfinite"] for r in rows):
         rec.problems.append("builtin: a step skipped its update for a non-finite loss")
@@ -158,6 +159,7 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
 
 def run_trl(args: argparse.Namespace) -> Recorder:
     import grpo_replay.integrations.trl.replay_grpo_trainer as trl_trainer
+    import grpo_replay.session as session_mod
     from grpo_replay.trainer.trl_backend import train_testbed_run
 
     rec = Recorder("trl")
@@ -165,7 +167,7 @@ def run_trl(args: argparse.Namespace) -> Recorder:
     cfg = train_config(args, args.out / "trl")
     cfg = dataclasses.replace(cfg, micro_batch_size=8, replay=dataclasses.replace(cfg.replay, replay_ratio=0.25))
     trained: dict[int, int] = {}
-    real_compose, real_loss = trl_trainer.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss
+    real_compose, real_loss = session_mod.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss
 
     def counted_loss(self, model, inputs):  # the rows TRL's split hands to the loss, replay ones counted per step
         flag = inputs.get(trl_trainer.REPLAY_FLAG_KEY)
@@ -173,14 +175,14 @@ def run_trl(args: argparse.Namespace) -> Recorder:
         trained[step] = trained.get(step, 0) + (int(flag.sum()) if flag is not None else 0)
         return real_loss(self, model, inputs)
 
-    trl_trainer.compose_batch = rec.wrap(real_compose)
+    session_mod.compose_batch = rec.wrap(real_compose)
     trl_trainer.ReplayGRPOTrainer._compute_loss = counted_loss
     try:
         res = train_testbed_run(
             cfg, cfg.run_dir, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16"
         )
     finally:
-        trl_trainer.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss = real_compose, real_loss
+        session_mod.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss = real_compose, real_loss
     spg = res["trainer"].args.steps_per_generation
     rec.problems += [f"trl: {p}" for p in check_trained(rec.composed, trained, spg)]
     rec.finish([h["loss"] for h in res["log_history"] if "loss" in h])

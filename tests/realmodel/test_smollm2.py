@@ -193,13 +193,14 @@ def same_mean(reported, values) -> bool:
 
 def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, monkeypatch):
     import grpo_replay.generation.transformers as gen_mod
+    import grpo_replay.session as session_mod
     import grpo_replay.trainer.loop as loop
     from grpo_replay.buffer import ReplayBuffer
 
     _, tok = shared_model
     T, tau_max = TRAIN_SETS["temperature"], TRAIN_SETS["replay.tau_max"]
     generated, refs, stored, ages = [], [], [], []
-    real_generate, real_update, real_compose, real_add = gen_mod.sample_groups, loop._update, loop.compose_batch, ReplayBuffer.add
+    real_generate, real_update, real_compose, real_add = gen_mod.sample_groups, loop._update, session_mod.compose_batch, ReplayBuffer.add
 
     def generate(*args, **kwargs):
         g = real_generate(*args, **kwargs)
@@ -216,13 +217,13 @@ def test_builtin_train_word_sums_rows_logps_and_ages(shared_model, tmp_path, mon
         ages.extend((step - out.batch.birth_step[out.batch.is_replay]).tolist())
         return out
 
-    def add(self, batch, step, *args, **kwargs):
+    def add(self, batch, *args, **kwargs):
         stored.append(batch)
-        return real_add(self, batch, step, *args, **kwargs)
+        return real_add(self, batch, *args, **kwargs)
 
     monkeypatch.setattr(gen_mod, "sample_groups", generate)
     monkeypatch.setattr(loop, "_update", update)
-    monkeypatch.setattr(loop, "compose_batch", compose)
+    monkeypatch.setattr(session_mod, "compose_batch", compose)  # the session composes for every trainer
     monkeypatch.setattr(ReplayBuffer, "add", add)
     out = tmp_path / "run"
     assert main(train_argv(out, "word_sums", 4)) == 0
@@ -285,11 +286,11 @@ def test_trl_backend_word_sums_rows_logps_and_ages(shared_model, tmp_path, monke
         ages.extend(h["step"] - b for b in h["replay_birth_steps"])
         return res
 
-    def add(self, batch, step, *args, **kwargs):
+    def add(self, batch, *args, **kwargs):
         # TRL inserts during generation, before this step's update: the policy is still the behaviour policy.
         ref = independent_logps(current["model"], batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, T)
         checked.append(float((batch.behaviour_logps - ref).abs().max()) if len(batch) else 0.0)
-        return real_add(self, batch, step, *args, **kwargs)
+        return real_add(self, batch, *args, **kwargs)
 
     monkeypatch.setattr(ReplayGRPOTrainer, "_replay_compose", compose)
     monkeypatch.setattr(ReplayBuffer, "add", add)
