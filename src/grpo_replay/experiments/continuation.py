@@ -1,7 +1,7 @@
 """Continuing a finished shorter run instead of training a longer one from step 0.
 
 A run of `steps = S` whose config equals a finished run's in every key but the ones that only say how long it runs
-and where its files go (`_SAME_RUN_EXCEPT`) is that run's first `S0` steps followed by `S - S0` more: the trainer
+and where its files go (`_same_run_except`) is that run's first `S0` steps followed by `S - S0` more: the trainer
 resumes a run with more steps from its final checkpoint (`trainer/rundir.py`, `RESUMABLE_KEYS`), and a resumed run
 equals an uninterrupted one. So `compare` copies the finished run's directory (checkpoints and logs, not its
 summary or plots) into the longer run's and lets the trainer resume there; the shorter run stays as it was, for
@@ -24,21 +24,28 @@ from ..app import configio
 
 CONTINUED = ".grpo-replay-continued.json"
 """In a continued run's directory: {"from": the source run directory, "steps": its steps, "provenance": its code}."""
-_SAME_RUN_EXCEPT = ("steps", "out_dir", "progress", "report_to", "testbed.cache_dir", "testbed.progress_every")
-"""Keys that may differ between a run and the shorter run it continues (each is also a trainer `RESUMABLE_KEYS`
-key, so the trainer accepts the resume); every other key, eval_every and drift_probe included, must be equal."""
 _NOT_COPIED = ("summary.json", ".grpo-replay.lock")
 
 
 def lineage(overrides: dict) -> str:
-    """A hash of the resolved config without `_SAME_RUN_EXCEPT`: runs with equal lineage differ only in length."""
+    """A hash of the resolved config without `_same_run_except()`: runs with equal lineage differ only in length."""
     from ..trainer.train_config import resolve
 
     return _digest(configio.flatten(resolve(overrides).to_dict()))
 
 
+def _same_run_except() -> tuple[str, ...]:
+    """Keys that may differ between a run and the shorter run it continues: `steps` and the keys no run's results
+    depend on (`jobs.UNHASHED`; each is also a trainer `RESUMABLE_KEYS` key, so the trainer accepts the resume);
+    every other key, eval_every and drift_probe included, must be equal."""
+    from .jobs import UNHASHED  # jobs imports this module
+
+    return ("steps", *UNHASHED)
+
+
 def _digest(flat: dict) -> str:
-    kept = {k: v for k, v in flat.items() if k not in _SAME_RUN_EXCEPT}
+    skip = _same_run_except()
+    kept = {k: v for k, v in flat.items() if k not in skip}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
