@@ -11,6 +11,7 @@ what a step with a full buffer after warm-up will train on, so that a trainer ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from .config import ReplayConfig
 
@@ -69,6 +70,6 @@ def realised_share(fresh: int, cfg: ReplayConfig, unit: int) -> Share:
     return Share(fresh=fresh, kept=kept, planned=planned, replay=min(replay, planned), unit=unit)
 
 
-def units_that_realise(fresh: int, cfg: ReplayConfig, candidates: range) -> list[int]:
+def units_that_realise(fresh: int, cfg: ReplayConfig, candidates: Iterable[int]) -> list[int]:
     """The units among `candidates` that leave the planned replay rows untrimmed."""
     return [u for u in candidates if realised_share(fresh, cfg, u).realised]

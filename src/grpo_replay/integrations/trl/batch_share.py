@@ -12,7 +12,7 @@ import warnings
 
 from ...config import ReplayConfig
 from ...errors import ConfigError
-from ...replay_share import Share, realised_share
+from ...replay_share import Share, realised_share, units_that_realise
 
 
 def check_share(args, cfg: ReplayConfig, num_processes: int) -> Share:
@@ -25,7 +25,7 @@ def check_share(args, cfg: ReplayConfig, num_processes: int) -> Share:
         warnings.warn(f"ReplayGRPOTrainer: with replay_fill_filtered the replay rows per generation vary; TRL's split "
                       f"into steps_per_generation={spg} micro-batches trims up to {spg - 1} of them per process")
     elif not share.realised:
-        ok = [u for u in range(1, fresh + 1) if fresh % u == 0 and realised_share(fresh, cfg, u).realised]
+        ok = units_that_realise(fresh, cfg, [u for u in range(1, fresh + 1) if fresh % u == 0])
         ok.sort(key=lambda u: (u > spg, -u if u <= spg else u))  # the fewest extra rows per micro-batch first
         fixes = ", ".join(f"per_device_train_batch_size={fresh // u} with steps_per_generation={u}" for u in ok[:3])
         raise ConfigError(
