@@ -50,6 +50,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, group_advantages  # noqa: E402
 from grpo_replay.composition import fresh_anchored  # noqa: E402
+from grpo_replay.padded import PaddedArena  # noqa: E402
 from grpo_replay.storage import RolloutStorage  # noqa: E402
 
 TOKENS = 16  # prompt and completion positions per row in the peers' payload
@@ -304,7 +305,7 @@ def copy_pairs(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBatch) -> 
     widths = st.arena_widths()
     for field, arena in (("prompt_ids", "prompt_ids"), ("completion_ids", "comp_ids"), ("behaviour_logps", "logps")):
         src = getattr(fresh, field).numpy()
-        if st.ragged is not None and arena != "prompt_ids":  # unpadded: the real positions only, into one run
+        if not isinstance(st.completions, PaddedArena) and arena != "prompt_ids":  # unpadded: the real positions only, into one run
             real = src[fresh.completion_mask.numpy()]
             pairs.append((real, np.empty_like(real)))
             continue
@@ -327,8 +328,8 @@ def random_row_copies(buf: ReplayBuffer, fresh: RolloutBatch, replay: RolloutBat
     storage can read fewer bytes), the rest copied as in the copy floor. The gap between this floor and the
     copy floor is what reading rows scattered over the arenas costs, whatever the code around it."""
     st = buf.storage
-    from_arena = {"prompt_ids": st.prompt_ids, "completion_ids": st.arena["comp_ids"],
-                  "behaviour_logps": st.arena["logps"]}
+    from_arena = {"prompt_ids": st.prompt_ids, "completion_ids": st.completions.arrays["comp_ids"],
+                  "behaviour_logps": st.completions.arrays["logps"]}
     replay_fields = [k for k, t in vars(replay).items() if isinstance(t, torch.Tensor)]
     first_replay = len(pairs) - len(replay_fields)
     np.count_nonzero(fresh.completion_mask.numpy())
@@ -396,7 +397,7 @@ def bench_paper_default(repeats: int, unpadded: bool = False) -> dict:
             np.copyto(dst, src)
         floor.append(((time.perf_counter() - w0) * 1e3, (time.thread_time() - c0) * 1e3))
     rows_floor = []
-    for _ in range(repeats if buf.storage.ragged is None else 0):
+    for _ in range(repeats if isinstance(buf.storage.completions, PaddedArena) else 0):
         flush_caches()
         w0, c0 = time.perf_counter(), time.thread_time()
         random_row_copies(buf, fresh, replay, slots, pairs)

@@ -13,6 +13,8 @@ slots, zeros past each row's length: for long rows a slice copy per row, for sho
 Simplifications: no compaction inside a run (a run's rows are freed together in the usual case: by age or
 capacity; without either, a run keeps its positions while any of its rows is stored), and a field first given
 after rows were stored reads zeros for those rows (the storage only reads it for rows that had it).
+
+It answers the calls of `padded.PaddedArena`, so `RolloutStorage(unpadded=True)` holds one in its place.
 """
 from __future__ import annotations
 
@@ -21,7 +23,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .padding import one_allocation, prefix_rows
+from .padding import RowWriter, one_allocation, packed_width, prefix_rows
+
+# field -> dtype: one value per real completion position, the mask as bools
+COMPLETION_FIELDS_UNPADDED: dict[str, Any] = {"comp_ids": np.int32, "mask": np.bool_, "logps": np.float32,
+                                              "ref": np.float32}
 
 LONG_ROWS = 64
 """Mean positions per row from which rows are copied one slice each (measured: at 1-2k positions a row the
@@ -35,14 +41,15 @@ class RaggedArena:
     and the runs occupy disjoint position ranges in ring order: each starts at the previous one's end, or at
     0 after a wrap; an occupied slot's row lies within its run, at `start[slot]`, `length` positions long."""
 
-    def __init__(self, dtypes: dict[str, Any], slots: int, positions: int = 0):
-        self.dtypes = {k: np.dtype(dt) for k, dt in dtypes.items()}
+    def __init__(self, slots: int, positions: int = 0):
+        self.dtypes = {k: np.dtype(dt) for k, dt in COMPLETION_FIELDS_UNPADDED.items()}
         self.fields: dict[str, np.ndarray] = {}
         self.cap = positions
         self.start, self.run = _slot_block(slots)
         self._runs: dict[int, list[int]] = {}
         self._order: deque[int] = deque()
         self._next_run = 0
+        self.width = 0  # completion positions of the widest row stored (what a padded arena would hold)
 
     # --- slots and space ------------------------------------------------------------------------------
     def resize_slots(self, slots: int) -> None:
@@ -91,7 +98,20 @@ class RaggedArena:
         self.start[stored] += shift[self.run[stored]]  # freed slots' starts move too: never read
 
     # --- rows -----------------------------------------------------------------------------------------
-    def put(self, slots, lengths: np.ndarray, rows: dict[str, Optional[np.ndarray]], flat: bool = False) -> None:
+    def widen(self, width: int, has_ref: bool) -> None:
+        """Record the widest row (for the saved state's widths); the positions grow as rows come."""
+        self.width = max(self.width, width)
+
+    def put(self, rows: RowWriter, lengths: np.ndarray, completion: dict[str, Optional[np.ndarray]]) -> None:
+        """Store `RolloutStorage.add`'s completion input at the writer's slots: each row's first lengths[i]
+        positions, the mask unpacked to bools only when given (None: every row is dense, nothing to keep)."""
+        fields = {k: completion.get(k) for k in ("comp_ids", "logps", "ref")}
+        if completion["mask"] is not None:
+            width = completion["comp_ids"].shape[1]
+            fields["mask"] = np.unpackbits(completion["mask"], axis=1, count=width).view(np.bool_)
+        self.put_run(rows.at, np.asarray(lengths, np.int64), fields)
+
+    def put_run(self, slots, lengths: np.ndarray, rows: dict[str, Optional[np.ndarray]], flat: bool = False) -> None:
         """Store rows at `slots` (a slice or int64 slots, in the order of `lengths`) as one run. `rows` maps a
         field to the rows padded on the right ((n, C) of any dtype, cast on the copy; each row's first
         lengths[i] positions are kept), or with `flat` to their values concatenated; None: not given."""
@@ -165,6 +185,10 @@ class RaggedArena:
             return np.zeros(int(lengths.sum()), self.dtypes[name])
         return self.fields[name][self.positions(slots, lengths)]
 
+    def masks(self, slots: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+        """(len(slots), width) bool: the masks of these (not dense) rows, False past each row's length."""
+        return self.gather(["mask"], slots, np.minimum(lengths, width), width)["mask"]
+
     def row(self, name: str, slot: int, length: int) -> np.ndarray:
         """One row's values of a field: a view (a field never given: zeros)."""
         s = int(self.start[slot])
@@ -172,6 +196,25 @@ class RaggedArena:
 
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.fields.values()) + self.start.nbytes + self.run.nbytes)
+
+    def saved_widths(self, has_ref: Optional[bool]) -> dict[str, int]:
+        """The widths a padded arena would need for the rows seen (what the saved state records)."""
+        w = self.width
+        return {"comp_ids": w, "logps": w, "mask": packed_width(w), "ref": w if has_ref else 0}
+
+    def load(self, state: dict[str, Any], slots: np.ndarray, lengths: np.ndarray, widths: dict[str, int],
+             has_ref: Optional[bool]) -> np.ndarray:
+        """Fill this (new) arena from a saved state's concatenated completions of the rows at `slots`, one run
+        in slot order; returns which of those rows are dense."""
+        self.width = widths["comp_ids"]
+        mask = np.asarray(state["mask"], np.bool_)
+        trues = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+        ends = np.cumsum(lengths)
+        dense = trues[ends] - trues[ends - lengths] == lengths
+        self.put_run(slots, lengths, {"comp_ids": state["comp_ids"], "logps": state["logps"],
+                                      "ref": state["ref"] if has_ref else None,
+                                      "mask": None if dense.all() else mask}, flat=True)
+        return dense
 
 
 def _slot_block(slots: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,18 +1,12 @@
-"""Slot storage for rollouts: scalar columns and padded token arenas, CPU, numpy.
+"""Slot storage for rollouts: scalar columns, a prompt arena and a completion arena, CPU, numpy.
 
-Scalar fields live in columns indexed by slot. Token data lives in one preallocated arena per field, one
-row per slot: int32 prompt ids right-aligned (left-padded with zeros); int32 completion ids, float32
-behaviour log-probs and (when the rows carry them) float32 reference log-probs left-aligned; the
-completion mask packed 8 positions to a byte (`np.packbits`, first position in the high bit), except for
-rows whose mask is exactly their first comp_len positions (`dense`, the usual case): their mask is rebuilt
-from comp_len and their mask arena row not written. An insert
-is one copy of the batch per field, narrowed to that batch's own width, and a draw one row gather per
-field (no unpad on insert, no re-pad on draw); the price is padding: each row takes the arena's width,
-the longest row stored so far. Completion positions past a row's length (its last counted token) keep
-what the fresh batch held there (padding, masked out like the fresh row's own) up to that batch's width,
-and zeros beyond; they are not saved, so a loaded buffer has zeros there. `RolloutStorage(unpadded=True)`
-keeps completions without padding instead (ragged.py): each row's real positions only, gathered into padded
-rows on a draw (zeros past each row's length). Freed slots are reused LIFO. The
+Scalar fields live in columns indexed by slot. Prompts live in one preallocated int32 arena, one row per slot,
+right-aligned (left-padded with zeros). Completions live in one completion arena, chosen at construction:
+padded (padded.py, the default: a row per slot and field, the mask packed to bits) or, with
+`RolloutStorage(unpadded=True)`, without padding (ragged.py: each row's real positions only, gathered into
+padded rows on a draw, zeros past each row's length). Both answer the same calls and give the same rows. A
+row whose mask is exactly its first comp_len positions (`dense`, the usual case) has its mask rebuilt from
+comp_len; the arena keeps only the others'. Freed slots are reused LIFO. The
 exact slot layout is part of `state_dict`, so a restored storage enumerates candidates in the same order
 and a seeded sampler draws the same rows.
 
@@ -26,7 +20,7 @@ Rows are also listed by birth step (`BirthIndex`), so age eviction reads only th
 the tree live in one allocation, so growing the storage hands the old one back to the system whole; the columns
 that hold a default for every row unless the caller says otherwise (prompt keys, replay counts) are allocated
 on first use. `encode_rows` (padding.py) turns a fresh batch's arrays into `add`'s input, and `rows` gives
-padded rows back for slots: only this module, padding.py and ragged.py know the arenas.
+padded rows back for slots: only this module, padding.py, padded.py and ragged.py know the arenas.
 """
 from __future__ import annotations
 
@@ -35,8 +29,9 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from .births import BirthIndex
+from .padded import PaddedArena
 from .padding import (EncodedRows, RowWriter, encode_rows, one_allocation, pack_mask, packed_width, prefix_lengths,
-                      prefix_rows, repad, resize_rows)
+                      prefix_rows, repad, resize_rows, row_gather)
 from .ragged import RaggedArena
 from .sumtree import SumTree
 from .sumtree import nodes as tree_nodes
@@ -64,11 +59,6 @@ _LAZY_COLUMNS: dict[str, int] = {"prompt_key": -1, "uses": 0}
 _LENGTH_COLUMNS = ("prompt_len", "comp_len")
 # The saved columns and their dtypes in the file ("col.<name>").
 SAVED_COLUMNS: dict[str, Any] = {k: dt for k, dt in COLUMNS.items() if k not in _LENGTH_COLUMNS}
-# completion arenas: name -> dtype ("mask" holds packed bits: 8 completion positions a byte)
-COMPLETION_FIELDS: dict[str, Any] = {"comp_ids": np.int32, "mask": np.uint8, "logps": np.float32, "ref": np.float32}
-# the same fields unpadded (`RolloutStorage(unpadded=True)`): one value per real position, the mask as bools
-COMPLETION_FIELDS_UNPADDED: dict[str, Any] = {"comp_ids": np.int32, "mask": np.bool_, "logps": np.float32,
-                                              "ref": np.float32}
 
 
 class StoredRow(NamedTuple):
@@ -87,8 +77,8 @@ class RolloutStorage:
     Invariants: `valid[s]` marks an occupied slot and `len(self)` counts them; `_free` lists exactly the
     unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has
     `prompt_len` real prompt tokens right-aligned in `prompt_ids` and `comp_len` completion positions (up to
-    its last counted token) left-aligned in the completion arenas (or, unpadded, at its start in `ragged`),
-    its mask packed in the mask arena unless `dense[s]` (mask = the first comp_len positions); the weight
+    its last counted token) in `completions`, its mask there too unless `dense[s]` (mask = the first comp_len
+    positions); the weight
     column is the sum tree's leaves, 0 for a free slot, and the tree that `tree` returns sums them (the
     ancestors of the slots in `_changed` lag until then); every occupied slot is in the entry of `births`
     with its birth step;
@@ -97,24 +87,28 @@ class RolloutStorage:
     """
 
     def __init__(self, initial_slots: int = 1024, unpadded: bool = False):
-        """`unpadded`: completions keep only their real positions (`ragged.RaggedArena`), not a padded row each."""
+        """`unpadded`: completions keep only their real positions (`ragged.RaggedArena`), not a padded row each
+        (`padded.PaddedArena`)."""
         self._cols, self.valid, self.dense, self._free, tree = _slot_columns(initial_slots)
         self._free[:] = np.arange(initial_slots - 1, -1, -1)  # the top (the end) is slot 0
         self._n_free = initial_slots
         self._count = 0
         self._seq = 0
         self.prompt_ids = np.zeros((initial_slots, 0), dtype=np.int32)
-        self.arena: dict[str, np.ndarray] = {k: np.zeros((initial_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
-        self.width = 0  # completion positions of the widest arena (the ref arena may be narrower, the mask's packed)
+        self.completions: PaddedArena | RaggedArena = (RaggedArena if unpadded else PaddedArena)(initial_slots)
         self.has_ref: Optional[bool] = None  # fixed by the first stored rows; reset when the storage empties
         self._tree = SumTree(initial_slots, tree)
         self._changed: Optional[list] = []  # slots (arrays, slices) whose leaves await `tree`; None: rebuild it
         self._n_changed = 0
         self.births = BirthIndex()
-        self.ragged = RaggedArena(COMPLETION_FIELDS_UNPADDED, initial_slots) if unpadded else None
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def width(self) -> int:
+        """Completion positions of the widest row the completion arena holds room for (saved as its width)."""
+        return self.completions.width
 
     def col(self, name: str) -> np.ndarray:
         """The column over all slots (a view: writes go to the storage); a lazy column is allocated here."""
@@ -173,13 +167,9 @@ class RolloutStorage:
         self._changed, self._n_changed = [], 0
 
     def arena_widths(self) -> dict[str, int]:
-        """Allocated width of each arena (prompt_ids and `COMPLETION_FIELDS`; the mask's in packed bytes)."""
-        if self.ragged is not None:  # the widths a padded storage would need (what the saved format records)
-            comp = {"comp_ids": self.width, "logps": self.width, "mask": packed_width(self.width),
-                    "ref": self.width if self.has_ref else 0}
-        else:
-            comp = {k: int(a.shape[1]) for k, a in self.arena.items()}
-        return {"prompt_ids": int(self.prompt_ids.shape[1]), **comp}
+        """Allocated width of each arena (prompt_ids and `padded.COMPLETION_FIELDS`, the mask's in packed bytes;
+        unpadded: the widths a padded storage would need, what the saved format records)."""
+        return {"prompt_ids": int(self.prompt_ids.shape[1]), **self.completions.saved_widths(self.has_ref)}
 
     @property
     def slots(self) -> int:
@@ -196,9 +186,7 @@ class RolloutStorage:
         valid[:old], dense[:old] = self.valid, self.dense
         self._cols, self.valid, self.dense = cols, valid, dense
         self.prompt_ids = resize_rows(self.prompt_ids, new)
-        self.arena = {k: resize_rows(a, new) for k, a in self.arena.items()}
-        if self.ragged is not None:
-            self.ragged.resize_slots(new)
+        self.completions.resize_slots(new)
         free[: self._n_free] = self._free[: self._n_free]
         free[self._n_free : self._n_free + new - old] = np.arange(new - 1, old - 1, -1)
         self._free, self._n_free = free, self._n_free + new - old
@@ -212,13 +200,7 @@ class RolloutStorage:
             new = np.zeros((self.slots, prompt_width), np.int32)
             new[:, prompt_width - P :] = self.prompt_ids
             self.prompt_ids = new
-        self.width = max(self.width, comp_width)
-        for k, a in self.arena.items() if self.ragged is None else ():
-            W = packed_width(comp_width) if k == "mask" else comp_width
-            if W > a.shape[1] and (k != "ref" or self.has_ref):  # no reference log-probs: no ref arena
-                new = np.zeros((self.slots, W), a.dtype)
-                new[:, : a.shape[1]] = a
-                self.arena[k] = new
+        self.completions.widen(comp_width, bool(self.has_ref))
 
     def add(
         self,
@@ -253,15 +235,8 @@ class RolloutStorage:
         rows = RowWriter(slots)
         rows.put(self.prompt_ids, prompt_ids, left=True, keep=prompt_mask)
         dense = completion["mask"] is None
-        at = slice(rows.lo, rows.lo + n) if rows.run else slots  # a slice assigns faster than an index array
-        if self.ragged is not None:
-            self.ragged.put(at, np.asarray(scalars["comp_len"], np.int64), _completion_rows(completion))
-        else:
-            if not dense:
-                rows.put(self.arena["mask"], completion["mask"])
-            for k in ("comp_ids", "logps", "ref"):
-                if completion.get(k) is not None:
-                    rows.put(self.arena[k], completion[k])
+        at = rows.at
+        self.completions.put(rows, scalars["comp_len"], completion)
         for k, arr in scalars.items():
             if k in self._cols:
                 self._cols[k][at] = arr
@@ -296,32 +271,15 @@ class RolloutStorage:
             self.has_ref = None
         self._mark_changed(slots)
         self.births.drop_dead(self.valid, self._cols["birth_step"])
-        if self.ragged is not None:
-            self.ragged.release(slots)
-
-    def _load_unpadded(self, state: dict[str, Any], slots: np.ndarray, clen: np.ndarray, n_slots: int) -> None:
-        """The completions of a saved state into a new unpadded arena, one run in slot order."""
-        self.ragged = RaggedArena(COMPLETION_FIELDS_UNPADDED, n_slots)
-        self.arena = {k: np.zeros((n_slots, 0), dt) for k, dt in COMPLETION_FIELDS.items()}
-        mask = np.asarray(state["mask"], np.bool_)
-        trues = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
-        ends = np.cumsum(clen)
-        dense = trues[ends] - trues[ends - clen] == clen
-        self.dense[slots] = dense
-        self.ragged.put(slots, clen, {"comp_ids": state["comp_ids"], "logps": state["logps"],
-                                      "ref": state["ref"] if self.has_ref else None,
-                                      "mask": None if dense.all() else mask}, flat=True)
+        self.completions.release(slots)
 
     def masks(self, slots: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool completion masks of these slots: built from comp_len for dense rows,
-        unpacked from the mask arena for the others."""
+        read from the completion arena for the others."""
         clen, dense = self._cols["comp_len"][slots], self.dense[slots]
         if dense.all():
             return prefix_rows(clen, width)
-        if self.ragged is not None:
-            out = self.ragged.gather(["mask"], slots, np.minimum(clen, width), width)["mask"]
-        else:
-            out = np.unpackbits(self.arena["mask"][slots, : packed_width(width)], axis=1, count=width).view(np.bool_)
+        out = self.completions.masks(slots, clen, width)
         if dense.any():
             out[dense] = prefix_rows(clen[dense], width)
         return out
@@ -340,13 +298,10 @@ class RolloutStorage:
         Wp = self.prompt_ids.shape[1]
         ref = bool(self.has_ref) and n > 0
         names = ["comp_ids", "logps"] + (["ref"] if ref else [])
-        if self.ragged is not None:
-            comp = self.ragged.gather(names, slots, clen, C)
-        else:
-            comp = {k: _row_gather(self.arena[k], slots, 0, C) for k in names}
+        comp = self.completions.gather(names, slots, clen, C)
         col = self._cols
         return {
-            "prompt_ids": _row_gather(self.prompt_ids, slots, Wp - P, Wp),
+            "prompt_ids": row_gather(self.prompt_ids, slots, Wp - P, Wp),
             "prompt_mask": prefix_rows(plen, P, right=True),
             "completion_ids": comp["comp_ids"],
             "completion_mask": self.masks(slots, C),
@@ -364,10 +319,7 @@ class RolloutStorage:
         """One row unpadded; the arrays are views into the arenas, except the (unpacked) mask."""
         p, c = int(self._cols["prompt_len"][slot]), int(self._cols["comp_len"][slot])
         W = self.prompt_ids.shape[1]
-        if self.ragged is not None:
-            comp = {k: self.ragged.row(k, slot, c) for k in ("comp_ids", "logps", "ref")}
-        else:
-            comp = {k: a[slot, :c] for k, a in self.arena.items()}
+        comp = {k: self.completions.row(k, slot, c) for k in ("comp_ids", "logps", "ref")}
         return StoredRow(
             prompt_ids=self.prompt_ids[slot, W - p :],
             completion_ids=comp["comp_ids"],
@@ -380,8 +332,8 @@ class RolloutStorage:
         """Bytes held: columns, the free-slot stack, arenas (every allocated slot at the arena's width; the ref
         arena only once rows carry reference log-probs) and the sum tree."""
         cols = [a for k, a in self._cols.items() if k != "weight"]  # the weights are the tree's leaves
-        arrays = [*cols, self.valid, self.dense, self._free, self.prompt_ids, self._tree.t, *self.arena.values()]
-        return int(sum(a.nbytes for a in arrays)) + (self.ragged.nbytes() if self.ragged is not None else 0)
+        arrays = [*cols, self.valid, self.dense, self._free, self.prompt_ids, self._tree.t]
+        return int(sum(a.nbytes for a in arrays)) + self.completions.nbytes()
 
     # --- persistence: plain arrays and ints only, no pickled objects -------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -393,10 +345,9 @@ class RolloutStorage:
         pkeep = prefix_rows(plen, W, right=True)
 
         def flat(k: str) -> np.ndarray:  # row-major order of the kept positions = concatenation order
-            if self.ragged is not None and k != "mask":
-                return self.ragged.flat(k, slots, clen.astype(np.int64))
-            a = self.arena[k][slots] if k != "mask" else self.masks(slots, self.width)
-            return a[prefix_rows(clen, a.shape[1])]
+            if k != "mask":
+                return self.completions.flat(k, slots, clen.astype(np.int64))
+            return self.masks(slots, self.width)[prefix_rows(clen, self.width)]
 
         has_ref = bool(self.has_ref) and len(slots) > 0
         # Free slots' column values are dead (never read): saved as zeros, so equal buffers save equal files.
@@ -450,40 +401,10 @@ class RolloutStorage:
         self.has_ref = bool(state["has_ref"]) if self._count else None
         self.prompt_ids = np.zeros((n_slots, widths["prompt_ids"]), np.int32)
         self.prompt_ids[slots] = repad(state["prompt_ids"], plen, widths["prompt_ids"], np.int32, left=True)
-        self.width = widths["comp_ids"]
-        self.arena = {}
-        if self.ragged is not None:
-            self._load_unpadded(state, slots, clen, n_slots)
-        for k, dt in COMPLETION_FIELDS.items() if self.ragged is None else ():
-            self.arena[k] = np.zeros((n_slots, widths[k]), dt)
-            if k == "ref" and not self.has_ref:
-                continue
-            if k == "mask":
-                m = repad(state[k], clen, C, np.bool_, left=False)
-                self.arena[k][slots, : packed_width(C)] = np.packbits(m, axis=1)
-                self.dense[slots] = np.count_nonzero(m, axis=1) == clen
-            else:
-                self.arena[k][slots] = repad(state[k], clen, widths[k], dt, left=False)
+        self.completions = type(self.completions)(n_slots)
+        self.dense[slots] = self.completions.load(state, slots, clen, widths, self.has_ref)
         self._rebuild_tree()
         self.births.rebuild(slots, self._cols["birth_step"][slots])
-
-
-def _row_gather(arena: np.ndarray, slots: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """arena[slots, lo:hi] as a new (len(slots), hi - lo) array: `np.take` of whole rows when the range is the
-    arena's width (3-4x faster than an index-and-slice gather on narrow rows), else numpy's row gather of the
-    column range (one copy; it beats torch.index_select on a column slice)."""
-    if lo == 0 and hi == arena.shape[1]:
-        return np.take(arena, slots, axis=0)
-    return arena[slots, lo:hi]
-
-
-def _completion_rows(completion: dict[str, Optional[np.ndarray]]) -> dict[str, Optional[np.ndarray]]:
-    """`add`'s completion input for an unpadded storage: ids, log-probs, reference log-probs as they are
-    (right-padded), and the mask unpacked to bools only when it is not a prefix."""
-    out = {k: completion.get(k) for k in ("comp_ids", "logps", "ref")}
-    if completion["mask"] is not None:
-        out["mask"] = np.unpackbits(completion["mask"], axis=1, count=completion["comp_ids"].shape[1]).view(np.bool_)
-    return out
 
 
 def _slot_columns(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

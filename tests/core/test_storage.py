@@ -53,7 +53,7 @@ def test_scattered_slots_and_arena_widening_keep_every_row():
     b.completion_mask[0, 1] = 0  # an interior zero (e.g. tool output) is kept
     buf.add(b, 1)
     new = [1, 3, 6]
-    assert buf.storage.prompt_ids.shape[1] >= 9 and buf.storage.arena["comp_ids"].shape[1] >= 11
+    assert buf.storage.prompt_ids.shape[1] >= 9 and buf.storage.completions.arrays["comp_ids"].shape[1] >= 11
     out = buf.gather(np.array(new))
     for i in range(3):
         assert _rows(out, i) == _rows(b, i)
@@ -78,11 +78,11 @@ def test_prompt_with_interior_zeros_is_compacted_and_ref_presence_must_agree():
 def test_ref_arena_only_with_ref_rows_and_ref_added_after_wider_rows_round_trips(tmp_path):
     buf = ReplayBuffer(ReplayConfig(warmup_steps=0, tau_max=0), seed=0)
     buf.add(make_batch(2, 2, seed=1, max_completion=12), 0)
-    assert buf.storage.arena["ref"].shape[1] == 0  # no reference log-probs stored: no ref arena
+    assert buf.storage.completions.arrays["ref"].shape[1] == 0  # no reference log-probs stored: no ref arena
     buf.evict(1)  # empty: the next rows may carry ref_logps
     b = make_batch(2, 2, seed=2, max_completion=5, with_ref=True)
     buf.add(b, 1)
-    assert buf.storage.arena["ref"].shape[1] < buf.storage.arena["comp_ids"].shape[1]
+    assert buf.storage.completions.arrays["ref"].shape[1] < buf.storage.completions.arrays["comp_ids"].shape[1]
     buf.save(tmp_path / "b")
     loaded = ReplayBuffer.load(tmp_path / "b")
     for x in (buf, loaded):

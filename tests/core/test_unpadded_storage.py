@@ -106,7 +106,7 @@ def test_unpadded_storage_holds_the_real_positions_only():
         for buf in (padded, unpadded):
             buf.add(batch, step)
     real = sum(int(n) for n in unpadded.storage.col("comp_len")[unpadded.storage.valid_slots()])
-    tokens_bytes = unpadded.storage.ragged.nbytes()
+    tokens_bytes = unpadded.storage.completions.nbytes()
     assert tokens_bytes <= 2 * 9 * real + 16 * unpadded.storage.slots + 9 * 1024  # ids, log-probs (+ mask), slack
     assert unpadded.storage.nbytes() < 0.3 * padded.storage.nbytes()
 
@@ -124,7 +124,7 @@ def test_the_ring_reuses_the_space_of_evicted_rows(copies):
         ref.add(batch, step)
         added.append(int(_lengths(batch).sum()))
         _same_rows(ref.sample(5, step + 1), buf.sample(5, step + 1))
-        assert len(buf.storage.ragged._order) <= 5  # the runs of the tau_max + 1 youngest birth steps at most
+        assert len(buf.storage.completions._order) <= 5  # the runs of the tau_max + 1 youngest birth steps at most
     window = max(sum(added[i : i + 5]) for i in range(len(added)))  # what five birth steps held at most
-    assert buf.storage.ragged.cap <= 4 * window + 1024
-    assert sum(added) > 10 * buf.storage.ragged.cap  # the space was reused many times over
+    assert buf.storage.completions.cap <= 4 * window + 1024
+    assert sum(added) > 10 * buf.storage.completions.cap  # the space was reused many times over
