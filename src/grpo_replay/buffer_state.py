@@ -3,10 +3,11 @@
 `ReplayBuffer.save(path)` writes `<path>.npz` (the arrays, no pickled objects) and `<path>.json` (everything
 else, with a SHA-256 checksum over both), the full name kept and the extensions appended, so
 `buffer.step1` and `buffer.step2` never collide. Loading checks the checksum (files of version 1, written
-before it existed, have none), then every field: presence, type, dtype, shape and value (finite advantages,
-weights equal to the priority recomputed from them, birth steps not after the buffer's last step,
-completion lengths that match the masks, a free list that is exactly the unused slots, ...). Every
-problem raises `BufferStateError` naming the file and the field.
+before it existed, have none), then every field: the header here (version, config, generator, counters), the
+storage's own fields by the storage's rules (storage_state.py: dtypes, shapes, the slot layout, completion
+lengths that match the masks, ...), then the buffer's rules over the stored rows (weights equal to the
+priority recomputed from the advantages, birth steps not after the buffer's last step, ...). Every problem
+raises `BufferStateError` naming the file and the field.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import storage_state
 from .errors import UsageError
-from .storage import SAVED_COLUMNS
+from .storage_state import is_integer
 
 STATE_VERSION = 5
 # 1: no checksum and no "step" (its birth-step bound is then the newest birth step); 1 and 2: "totals" is a
@@ -36,20 +38,6 @@ CHECKSUM_VERSIONS = (3, 4, 5)  # the versions whose checksum is verified (the sa
 NEW_CONFIG_FIELDS = ("max_drift", "fill_filtered", "max_uses", "age_decay")
 JSON_KEYS = {"version", "config", "rng", "next_group", "totals", "step", "sampler", "age_eviction",
              "capacity_eviction", "storage_scalars", "checksum"}
-SCALAR_KEYS = {"count", "seq", "has_ref"}
-WIDTH_KEYS = ("prompt_ids", "comp_ids", "logps", "mask", "ref")  # storage_scalars.widths: arena -> allocated width
-ARRAY_DTYPES: dict[str, Any] = {
-    **{f"col.{k}": np.dtype(dt) for k, dt in SAVED_COLUMNS.items()},
-    "valid": np.dtype(np.bool_),
-    "free": np.dtype(np.int64),
-    "prompt_len": np.dtype(np.int64),
-    "comp_len": np.dtype(np.int64),
-    "prompt_ids": np.dtype(np.int32),
-    "comp_ids": np.dtype(np.int32),
-    "logps": np.dtype(np.float32),
-    "mask": np.dtype(np.bool_),
-    "ref": np.dtype(np.float32),
-}
 
 
 @dataclass
@@ -160,7 +148,7 @@ def totals(value: Any, version: int = STATE_VERSION) -> dict[str, int]:
     names = TOTALS if version >= 4 else OLD_TOTALS
     if isinstance(value, list) and len(value) == len(OLD_TOTALS) and version <= 2:
         value = dict(zip(OLD_TOTALS, value))
-    if not (isinstance(value, dict) and set(value) == set(names) and all(_is_int(x) and x >= 0 for x in value.values())):
+    if not (isinstance(value, dict) and set(value) == set(names) and all(is_integer(x) and x >= 0 for x in value.values())):
         raise ValueError(f"must be an object {{{', '.join(names)}}} of integers >= 0")
     return {k: int(value.get(k, 0)) for k in TOTALS}
 
@@ -196,15 +184,8 @@ def validate(state: Any, config, where: dict[str, str], parts: Optional[dict[str
     st = state["storage"]
     if not isinstance(st, dict):
         bad("storage", "must be a dict")
-    for k in sorted(SCALAR_KEYS):
-        if k not in st:
-            bad(f"storage_scalars.{k}", "is missing")
-    for k in sorted(set(st) - SCALAR_KEYS - {"widths"} - set(ARRAY_DTYPES)):
-        bad(k, "is not a replay buffer state field", npz)
-    _validate_columns(state, st, config, version, bad, npz)
-    _validate_tokens(st, bad, npz)
-    if version >= 5 or "widths" in st:
-        _validate_widths(st, bad)
+    rows = storage_state.check(st, bad, npz, widths_required=version >= 5)
+    _validate_rows(state, rows, config, version, bad, npz)
 
 
 def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
@@ -212,7 +193,7 @@ def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
     from .config import ReplayConfig
 
     version = state.get("version")
-    if not _is_int(version) or version not in READABLE_VERSIONS:
+    if not is_integer(version) or version not in READABLE_VERSIONS:
         bad("version", f"is {version!r}; readable versions: {', '.join(map(str, READABLE_VERSIONS))}")
     required = JSON_KEYS - {"checksum", "storage_scalars"} - ({"step"} if version == 1 else set())
     for k in sorted(required | {"storage"}):
@@ -237,60 +218,26 @@ def _validate_header(state: Any, config, parts: dict[str, Any], bad) -> int:
         stateless = getattr(parts.get(k), "STATELESS", True)
         if not isinstance(state[k], dict) or (stateless and state[k] != {}):
             bad(k, "must be {} (these parts keep no state)" if stateless else "must be an object")
-    if not _is_int(state["next_group"]) or state["next_group"] < 0:
+    if not is_integer(state["next_group"]) or state["next_group"] < 0:
         bad("next_group", "must be an integer >= 0")
     try:
         totals(state["totals"], version)
     except ValueError as e:
         bad("totals", str(e))
     step = state.get("step")
-    if step is not None and not _is_int(step):
+    if step is not None and not is_integer(step):
         bad("step", "must be an integer or null")
     return version
 
 
-def _validate_columns(state: dict, st: dict, config, version: int, bad, npz: str) -> None:
-    """Storage scalars, array dtypes, the slot layout and the scalar columns of the stored rows."""
+def _validate_rows(state: dict, col: dict[str, np.ndarray], config, version: int, bad, npz: str) -> None:
+    """The buffer's rules over the stored rows (`col`: their columns, from `storage_state.check`): weights
+    equal to the config's priority, birth steps, group ids and replay counts within the header's bounds, and
+    totals that add up to the stored rows."""
     from .priority import PRIORITIES
 
-    count, seq, has_ref = st["count"], st["seq"], st["has_ref"]
-    if not _is_int(count) or count < 0:
-        bad("storage_scalars.count", "must be an integer >= 0")
-    if not _is_int(seq) or seq < 0:
-        bad("storage_scalars.seq", "must be an integer >= 0")
-    if not isinstance(has_ref, (bool, np.bool_)):
-        bad("storage_scalars.has_ref", "must be true or false")
-    for k, dt in ARRAY_DTYPES.items():
-        if k not in st:
-            bad(k, "is missing", npz)
-        a = st[k]
-        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != 1:
-            got = f"{a.dtype} with shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-            bad(k, f"must be a 1-D {dt} array, got {got}", npz)
-    valid = st["valid"]
-    S = len(valid)
-    for k in ARRAY_DTYPES:
-        if k.startswith("col.") and len(st[k]) != S:
-            bad(k, f"has {len(st[k])} entries, 'valid' has {S} slots", npz)
-    if int(valid.sum()) != count:
-        bad("storage_scalars.count", f"is {count}, but {int(valid.sum())} slots are marked valid")
-    free = st["free"]
-    if len(free) != S - count or not np.array_equal(np.sort(free), np.flatnonzero(~valid)):
-        bad("free", "must list each unused slot exactly once (no duplicates, no used or out-of-range slot)", npz)
-    if bool(has_ref) and count == 0:
-        bad("storage_scalars.has_ref", "is true for an empty buffer")
-    col = {k[4:]: st[k][np.flatnonzero(valid)] for k in ARRAY_DTYPES if k.startswith("col.")}
-    for k in ("advantage", "reward", "group_std"):
-        if not np.isfinite(col[k]).all():
-            bad(f"col.{k}", "holds NaN or inf in a stored row", npz)
-    if (col["group_std"] < 0).any():
-        bad("col.group_std", "holds a negative group standard deviation", npz)
-    for k in ("prompt_len", "comp_len"):
-        if len(st[k]) != count:
-            bad(k, f"has {len(st[k])} entries for {count} stored rows", npz)
-        if (st[k] < 0).any():
-            bad(k, "holds a negative length", npz)
-    expected = PRIORITIES.get(config.priority)({**col, "prompt_len": st["prompt_len"], "comp_len": st["comp_len"]}, config)
+    count = state["storage"]["count"]
+    expected = PRIORITIES.get(config.priority)(col, config)
     if not np.array_equal(col["weight"], expected):
         bad("col.weight", f"does not equal the {config.priority} priority of the stored advantages "
             "(weights are frozen at insertion: negative, NaN or edited weights are refused)", npz)
@@ -301,10 +248,6 @@ def _validate_columns(state: dict, st: dict, config, version: int, bad, npz: str
             bad("col.birth_step", f"holds birth step {newest}, after the buffer's last step {step}", npz)
     if count and ((col["group_key"] < 0).any() or (col["group_key"] >= state["next_group"]).any()):
         bad("col.group_key", f"must lie in [0, next_group={state['next_group']})", npz)
-    if (col["prompt_key"] < -1).any():
-        bad("col.prompt_key", "must be >= -1 (-1: no prompt key)", npz)
-    if (col["seq"] < 0).any() or (col["seq"] >= seq).any() or len(np.unique(col["seq"])) != count:
-        bad("col.seq", f"must be distinct insertion numbers in [0, seq={seq})", npz)
     # A row replayed max_uses times is evicted by that draw: no stored row has reached the limit.
     limit = config.max_uses
     if (col["uses"] < 0).any() or (limit is not None and (col["uses"] >= limit).any()):
@@ -313,49 +256,6 @@ def _validate_columns(state: dict, st: dict, config, version: int, bad, npz: str
     evicted = {k: v for k, v in t.items() if k != "added"}
     if t["added"] != count + sum(evicted.values()):
         bad("totals", f"added {t['added']} != stored {count} + evicted {evicted}")
-
-
-def _validate_tokens(st: dict, bad, npz: str) -> None:
-    """The concatenated token arrays against the lengths and masks."""
-    plen, clen, has_ref = st["prompt_len"], st["comp_len"], st["has_ref"]
-    n_tok = len(st["comp_ids"])
-    for k in ("logps", "mask") + (("ref",) if has_ref else ()):
-        if len(st[k]) != n_tok:
-            bad(k, f"has {len(st[k])} entries, 'comp_ids' has {n_tok}", npz)
-    if not has_ref and len(st["ref"]):
-        bad("ref", "must be empty when storage_scalars.has_ref is false", npz)
-    for k, lens, tokens in (("prompt_len", plen, "prompt_ids"), ("comp_len", clen, "comp_ids")):
-        if int(lens.sum()) != len(st[tokens]):
-            bad(k, f"adds up to {int(lens.sum())} tokens, but '{tokens}' holds {len(st[tokens])}", npz)
-    if (st["prompt_ids"] < 0).any() or (st["comp_ids"] < 0).any():
-        bad("prompt_ids" if (st["prompt_ids"] < 0).any() else "comp_ids", "holds a negative token id", npz)
-    ends = np.cumsum(clen)[clen > 0] - 1
-    if not st["mask"][ends].all():
-        bad("comp_len", "does not match 'mask': a completion length must end at a counted token", npz)
-    m = st["mask"]
-    if not np.isfinite(st["logps"][m]).all():
-        bad("logps", "holds NaN or inf at a counted token", npz)
-    if has_ref and not np.isfinite(st["ref"][m]).all():
-        bad("ref", "holds NaN or inf at a counted token", npz)
-
-
-def _validate_widths(st: dict, bad) -> None:
-    """The arenas' allocated widths: each at least what the stored rows need."""
-    w = st.get("widths")
-    if not isinstance(w, dict) or sorted(w) != sorted(WIDTH_KEYS) or not all(_is_int(v) and v >= 0 for v in w.values()):
-        bad("storage_scalars.widths", f"must map {', '.join(WIDTH_KEYS)} to integers >= 0")
-    P = int(st["prompt_len"].max()) if len(st["prompt_len"]) else 0
-    C = int(st["comp_len"].max()) if len(st["comp_len"]) else 0
-    need = {"prompt_ids": P, "comp_ids": C, "logps": C, "mask": (C + 7) // 8, "ref": C if st["has_ref"] else 0}
-    for k, n in need.items():
-        if w[k] < n:
-            bad(f"storage_scalars.widths.{k}", f"is {w[k]}, narrower than the stored rows need ({n})")
-    if w["comp_ids"] != w["logps"]:
-        bad("storage_scalars.widths", "must give comp_ids and logps the same width")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _plain(v: Any) -> Any:
