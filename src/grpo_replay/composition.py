@@ -9,7 +9,9 @@ the composed batch, as `RolloutBatch` says; rows of one stored group still share
 their original order), then the replay rows, as a `ComposedBatch` (composed.py: a `RolloutBatch` that keeps
 the two segments and concatenates their token fields only if they are read); `fresh_index` (long) lists
 which fresh rows were kept, so an integration can map the composed rows back to its own batch.
-`compose_batch` is the single call site.
+`compose_batch` is the single call site. Each composition's row count (fresh rows kept, replay rows asked for)
+is registered under the same name in `PLANNED_ROWS`, which the composition itself uses, so that
+`replay_share` plans a step with the rule that composes it.
 """
 from __future__ import annotations
 
@@ -26,6 +28,22 @@ from .rollout import RolloutBatch, unchecked_batch
 Draw = Callable[[int], RolloutBatch]
 CompositionFn = Callable[[RolloutBatch, Draw, float, np.random.Generator], tuple[RolloutBatch, torch.Tensor]]
 COMPOSITIONS: Registry[CompositionFn] = Registry("composition", params=("fresh", "draw", "replay_ratio", "rng"))
+RowCountFn = Callable[[int, float], tuple[int, int]]
+PLANNED_ROWS: Registry[RowCountFn] = Registry("composition row count", params=("n_fresh", "replay_ratio"))
+
+
+@PLANNED_ROWS.register("fresh_anchored")
+def fresh_anchored_rows(n_fresh: int, replay_ratio: float) -> tuple[int, int]:
+    """(every fresh row, round(replay_ratio * n_fresh) replay rows)."""
+    return n_fresh, round(replay_ratio * n_fresh)
+
+
+@PLANNED_ROWS.register("pool")
+def pool_rows(n_fresh: int, replay_ratio: float) -> tuple[int, int]:
+    """(n_fresh - k fresh rows, k replay rows), k = round(n_fresh * replay_ratio / (1 + replay_ratio)): the
+    replay share fresh_anchored gives, within a fixed total."""
+    k = round(n_fresh * replay_ratio / (1.0 + replay_ratio))
+    return n_fresh - k, k
 
 
 @COMPOSITIONS.register("fresh_anchored")
@@ -34,7 +52,7 @@ def fresh_anchored(
 ) -> tuple[RolloutBatch, torch.Tensor]:
     """The paper's: every fresh row + round(replay_ratio * n_fresh) replay rows (at most: see `draw`),
     concatenated (as a `ComposedBatch`: the fresh rows are not copied)."""
-    k = round(replay_ratio * len(fresh))
+    _, k = fresh_anchored_rows(len(fresh), replay_ratio)
     replay = _whole_groups_within(draw(k), k)
     return ComposedBatch([fresh, replay]), torch.arange(len(fresh))
 
@@ -50,7 +68,7 @@ def pool(
     random (still inserted into the buffer by the caller: they were generated anyway).
     """
     n = len(fresh)
-    k = round(n * replay_ratio / (1.0 + replay_ratio))
+    _, k = pool_rows(n, replay_ratio)
     replay = _whole_groups_within(draw(k), k)
     keep = torch.from_numpy(np.sort(rng.permutation(n)[: n - len(replay)]))
     return ComposedBatch([fresh.select(keep), replay]), keep

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from .composition import PLANNED_ROWS
 from .config import ReplayConfig
 
 
@@ -48,13 +49,9 @@ class Share:
 
 
 def planned_rows(fresh: int, cfg: ReplayConfig) -> tuple[int, int]:
-    """(fresh rows kept, replay rows drawn) of one step with `fresh` fresh rows and a full buffer after warm-up."""
-    if not cfg.enabled:
-        return fresh, 0
-    if cfg.composition == "pool":
-        k = round(fresh * cfg.replay_ratio / (1.0 + cfg.replay_ratio))
-        return fresh - k, k
-    return fresh, round(cfg.replay_ratio * fresh)
+    """(fresh rows kept, replay rows drawn) of one step with `fresh` fresh rows and a full buffer after warm-up:
+    the composition's own count (`composition.PLANNED_ROWS`; replay_ratio 0 asks for none)."""
+    return PLANNED_ROWS.get(cfg.composition)(fresh, cfg.replay_ratio)
 
 
 def realised_share(fresh: int, cfg: ReplayConfig, unit: int) -> Share:

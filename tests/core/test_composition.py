@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, split_metrics, ppo_clip_loss
+from grpo_replay import (COMPOSITIONS, ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, split_metrics,
+                         ppo_clip_loss)
+from grpo_replay.replay_share import planned_rows
 from helpers import make_batch
 
 
@@ -59,6 +61,17 @@ def test_pool_rollout_granularity_exact():
     fresh = make_batch(6, 4, step=3, seed=9)
     out = compose_batch(fresh, buf, 3).batch
     assert len(out) == 24 and int(out.is_replay.sum()) == 8
+
+
+@pytest.mark.parametrize("composition", COMPOSITIONS.names())
+@pytest.mark.parametrize("n_groups, ratio", [(2, 0.5), (3, 0.25), (5, 1.0), (4, 0.0), (3, 0.5)])
+def test_a_step_is_planned_with_the_rows_its_composition_takes(composition, n_groups, ratio):
+    """`replay_share.planned_rows` (what preflight and the trainers check) is the composition's own count."""
+    buf = _filled(ReplayConfig(composition=composition, replay_ratio=ratio, warmup_steps=0))
+    fresh = make_batch(n_groups, 4, step=3, seed=9)
+    out = compose_batch(fresh, buf, 3).batch
+    taken = (int((~out.is_replay).sum()), int(out.is_replay.sum()))
+    assert taken == planned_rows(len(fresh), buf.config)
 
 
 def test_warmup_and_grpo_compose_fresh_only():
