@@ -92,15 +92,10 @@ class PaddedArena:
         n_slots = len(self.arrays["comp_ids"])
         C = int(lengths.max()) if len(lengths) else 0
         self.width = widths["comp_ids"]
-        dense = np.zeros(len(slots), bool)
         for k, dt in COMPLETION_FIELDS.items():
             self.arrays[k] = np.zeros((n_slots, widths[k]), dt)
-            if k == "ref" and not has_ref:
-                continue
-            if k == "mask":
-                m = repad(state[k], lengths, C, np.bool_, left=False)
-                self.arrays[k][slots, : packed_width(C)] = np.packbits(m, axis=1)
-                dense = np.count_nonzero(m, axis=1) == lengths
-            else:
+            if k in ("comp_ids", "logps") or (k == "ref" and has_ref):
                 self.arrays[k][slots] = repad(state[k], lengths, widths[k], dt, left=False)
-        return dense
+        mask = repad(state["mask"], lengths, C, np.bool_, left=False)
+        self.arrays["mask"][slots, : packed_width(C)] = np.packbits(mask, axis=1)
+        return np.count_nonzero(mask, axis=1) == lengths

@@ -78,10 +78,9 @@ class RolloutStorage:
     unoccupied slots in `_free[:_n_free]` (a stack: reused last-in first-out); every occupied slot has
     `prompt_len` real prompt tokens right-aligned in `prompt_ids` and `comp_len` completion positions (up to
     its last counted token) in `completions`, its mask there too unless `dense[s]` (mask = the first comp_len
-    positions); the weight
-    column is the sum tree's leaves, 0 for a free slot, and the tree that `tree` returns sums them (the
-    ancestors of the slots in `_changed` lag until then); every occupied slot is in the entry of `births`
-    with its birth step;
+    positions); the weight column is the sum tree's leaves, 0 for a free slot, and the tree that `tree`
+    returns sums them (the ancestors of the slots in `_changed` lag until then); every occupied slot is in
+    the entry of `births` with its birth step;
     `has_ref` says whether the stored rows carry reference log-probs (None when empty), and all stored rows
     agree on it.
     """
