@@ -109,9 +109,9 @@ class RaggedArena:
         if completion["mask"] is not None:
             width = completion["comp_ids"].shape[1]
             fields["mask"] = np.unpackbits(completion["mask"], axis=1, count=width).view(np.bool_)
-        self.put_run(rows.at, np.asarray(lengths, np.int64), fields)
+        self._put_run(rows.at, np.asarray(lengths, np.int64), fields)
 
-    def put_run(self, slots, lengths: np.ndarray, rows: dict[str, Optional[np.ndarray]], flat: bool = False) -> None:
+    def _put_run(self, slots, lengths: np.ndarray, rows: dict[str, Optional[np.ndarray]], flat: bool = False) -> None:
         """Store rows at `slots` (a slice or int64 slots, in the order of `lengths`) as one run. `rows` maps a
         field to the rows padded on the right ((n, C) of any dtype, cast on the copy; each row's first
         lengths[i] positions are kept), or with `flat` to their values concatenated; None: not given."""
@@ -156,7 +156,7 @@ class RaggedArena:
         while self._order and self._runs[self._order[0]][2] == 0:
             del self._runs[self._order.popleft()]
 
-    def positions(self, slots: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _positions(self, slots: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """(sum(lengths),) int64: the rows' positions, concatenated in the order of `slots`."""
         total = int(lengths.sum())
         offsets = np.cumsum(lengths) - lengths
@@ -174,7 +174,7 @@ class RaggedArena:
                 for j, (s, m) in enumerate(zip(starts, ls)):
                     o[j, :m] = f[s : s + m]
         elif given:
-            keep, at = prefix_rows(lengths, width), self.positions(slots, lengths)
+            keep, at = prefix_rows(lengths, width), self._positions(slots, lengths)
             for name in given:
                 out[name][keep] = self.fields[name][at]
         return out
@@ -183,7 +183,7 @@ class RaggedArena:
         """The rows' values of one field, concatenated (zeros for a field never given)."""
         if name not in self.fields:
             return np.zeros(int(lengths.sum()), self.dtypes[name])
-        return self.fields[name][self.positions(slots, lengths)]
+        return self.fields[name][self._positions(slots, lengths)]
 
     def masks(self, slots: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
         """(len(slots), width) bool: the masks of these (not dense) rows, False past each row's length."""
@@ -211,7 +211,7 @@ class RaggedArena:
         trues = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
         ends = np.cumsum(lengths)
         dense = trues[ends] - trues[ends - lengths] == lengths
-        self.put_run(slots, lengths, {"comp_ids": state["comp_ids"], "logps": state["logps"],
+        self._put_run(slots, lengths, {"comp_ids": state["comp_ids"], "logps": state["logps"],
                                       "ref": state["ref"] if has_ref else None,
                                       "mask": None if dense.all() else mask}, flat=True)
         return dense

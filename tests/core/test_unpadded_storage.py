@@ -1,10 +1,13 @@
 """`RolloutStorage(unpadded=True)`: completions kept without padding (ragged.py) give the rows, draws and saved
 state a padded storage gives, in less memory, and the ring reuses the space of evicted rows."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig, ragged
+from grpo_replay.padded import PaddedArena
 from grpo_replay.padding import prefix_rows
 from grpo_replay.storage import RolloutStorage
 from helpers import make_batch
@@ -55,6 +58,15 @@ def _noisy(batch, rng):
 def copies(request, monkeypatch):
     """Both ways the unpadded arena moves rows: a slice per row (long rows) and one flat gather (short ones)."""
     monkeypatch.setattr(ragged, "LONG_ROWS", 0 if request.param == "row copies" else 10**9)
+
+
+def test_both_completion_arenas_answer_the_same_calls():
+    """The storage holds either arena and calls it without asking which: same public methods, same parameters."""
+    def calls(cls):
+        return {name: list(inspect.signature(f).parameters) for name, f in vars(cls).items()
+                if callable(f) and not name.startswith("_")}
+
+    assert calls(PaddedArena) == calls(ragged.RaggedArena)
 
 
 @pytest.mark.parametrize("with_ref", [False, True])
