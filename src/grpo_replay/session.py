@@ -68,7 +68,9 @@ class ReplaySession:
         self.age_bound = effective_age_bound(config.tau_max, engine_age_bound)
         changes = {**({"tau_max": self.age_bound} if self.age_bound != config.tau_max else {}), **buffer_overrides}
         self.buffer = ReplayBuffer(config.replace(**changes) if changes else config, seed=seed, storage=storage)
-        self.pending: list[tuple[RolloutBatch, Optional[np.ndarray]]] = []  # (rows, prompt keys) in arrival order
+        # (rows, prompt keys, the batch given to `defer` they are part of) in arrival order
+        self.pending: list[tuple[RolloutBatch, Optional[np.ndarray], RolloutBatch]] = []
+        self._flushed: list[tuple[RolloutBatch, int]] = []  # the last flush's: (batch given to `defer`, rows inserted)
         self.inserted = 0  # rows inserted since `take_inserted` last read it
         self.skipped_nonfinite = 0  # rows left out of an insert since `take_skipped_nonfinite` last read it
 
@@ -86,42 +88,51 @@ class ReplaySession:
         if len(rows):
             keys = None if prompt_keys is None else np.asarray(
                 prompt_keys.cpu() if isinstance(prompt_keys, torch.Tensor) else prompt_keys, dtype=np.int64)
-            self.pending.append((rows, keys))
+            self.pending.append((rows, keys, rows))
         return rows
 
     def flush(self, before: Optional[int] = None) -> int:
         """Insert the waiting rows born before step `before` (all of them when None) in one `ReplayBuffer.add`,
         each with its own birth step, in birth order (rows of one birth in arrival order). Returns rows inserted. Rows with a
-        NaN or inf log-prob at a counted token stay out (counted: `take_skipped_nonfinite`).
+        NaN or inf log-prob at a counted token stay out (counted: `take_skipped_nonfinite`; per deferred batch,
+        `inserted_from`).
 
         The group ids of each deferred batch are its own (an engine may number every generation's groups from 0):
         they are kept apart here, so rows of two batches never share a stored group."""
         ready, waiting = [], []
-        for rows, keys in self.pending:
+        for rows, keys, origin in self.pending:
             born = rows.birth_step.cpu()
             take = torch.ones(len(rows), dtype=torch.bool) if before is None else born < int(before)
             if bool(take.all()):
-                ready.append((rows, keys))
+                ready.append((rows, keys, origin))
             elif bool(take.any()):
                 idx, rest = torch.nonzero(take).flatten(), torch.nonzero(~take).flatten()
-                ready.append((rows.select(idx), None if keys is None else keys[idx.numpy()]))
-                waiting.append((rows.select(rest), None if keys is None else keys[rest.numpy()]))
+                ready.append((rows.select(idx), None if keys is None else keys[idx.numpy()], origin))
+                waiting.append((rows.select(rest), None if keys is None else keys[rest.numpy()], origin))
             else:
-                waiting.append((rows, keys))
+                waiting.append((rows, keys, origin))
         self.pending = waiting
+        self._flushed = []
         if not ready:
             return 0
-        batch, keys = _one_batch(ready, self.global_groups)
-        bad = nonfinite_logp_rows(batch)  # NaN/inf log-probs (a sampler's -inf under top-p): ratio undefined
+        batch, keys, source = _one_batch([(rows, keys) for rows, keys, _ in ready], self.global_groups)
+        bad = nonfinite_logp_rows(batch).cpu()  # NaN/inf log-probs (a sampler's -inf under top-p): ratio undefined
+        kept = torch.bincount(source[~bad], minlength=len(ready)).tolist()
+        self._flushed = [(origin, n) for (_, _, origin), n in zip(ready, kept)]
         if bool(bad.any()):
             self.skipped_nonfinite += int(bad.sum())
-            good = torch.nonzero(~bad.cpu()).flatten()
+            good = torch.nonzero(~bad).flatten()
             batch, keys = batch.select(good), None if keys is None else keys[good.numpy()]
             if not len(batch):
                 return 0
         n = self.buffer.add(batch, prompt_keys=keys)
         self.inserted += n
         return n
+
+    def inserted_from(self, rows: RolloutBatch) -> int:
+        """Rows of `rows` (a batch given to `defer`) that the last `flush` inserted: those it took that had no NaN or
+        inf log-prob at a counted token; 0 when it took none of them."""
+        return sum(n for origin, n in self._flushed if origin is rows)
 
     def take_skipped_nonfinite(self) -> int:
         """Rows left out of the inserts since the last call for a NaN or inf behaviour or reference log-prob at a
@@ -186,7 +197,7 @@ class ReplaySession:
         """The waiting rows as tensors only (what `torch.load(weights_only=True)` reads back), for an engine that
         checkpoints while rows wait (`load_pending` restores them)."""
         out = []
-        for rows, keys in self.pending:
+        for rows, keys, _ in self.pending:
             entry = {f.name: getattr(rows, f.name) for f in dataclasses.fields(RolloutBatch)
                      if getattr(rows, f.name) is not None}
             if keys is not None:
@@ -200,7 +211,8 @@ class ReplaySession:
         for entry in state:
             entry = dict(entry)
             keys = entry.pop("prompt_keys", None)
-            pending.append((RolloutBatch(**entry), None if keys is None else keys.numpy().astype(np.int64)))
+            rows = RolloutBatch(**entry)
+            pending.append((rows, None if keys is None else keys.numpy().astype(np.int64), rows))
         self.pending = pending
 
     def state_dict(self) -> dict[str, Any]:
@@ -212,10 +224,11 @@ class ReplaySession:
 
 
 def _one_batch(ready: list[tuple[RolloutBatch, Optional[np.ndarray]]],
-               global_groups: bool) -> tuple[RolloutBatch, Optional[np.ndarray]]:
+               global_groups: bool) -> tuple[RolloutBatch, Optional[np.ndarray], torch.Tensor]:
     """The ready rows as one batch in birth order (stable: rows of one birth in arrival order), with their prompt
-    keys (None when no batch had any). Unless `global_groups`, each deferred batch's group ids are offset past the
-    previous batches', so two batches' groups never merge."""
+    keys (None when no batch had any) and each row's index in `ready`. Unless `global_groups`, each deferred batch's
+    group ids are offset past the previous batches', so two batches' groups never merge."""
+    source = torch.cat([torch.full((len(rows),), i, dtype=torch.long) for i, (rows, _) in enumerate(ready)])
     if len(ready) == 1:
         batch, keys = ready[0]
     else:
@@ -232,9 +245,9 @@ def _one_batch(ready: list[tuple[RolloutBatch, Optional[np.ndarray]]],
             keys = np.concatenate([k if k is not None else np.full(len(r), -1, np.int64) for r, k in ready])
     born = batch.birth_step.cpu()
     if len(born) < 2 or bool((born[1:] >= born[:-1]).all()):
-        return batch, keys
+        return batch, keys, source
     order = torch.argsort(born, stable=True)
-    return batch.select(order), None if keys is None else keys[order.numpy()]
+    return batch.select(order), None if keys is None else keys[order.numpy()], source[order]
 
 
 def _with_groups(rows: RolloutBatch, group_ids: torch.Tensor) -> RolloutBatch:

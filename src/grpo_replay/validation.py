@@ -46,3 +46,18 @@ def field_docs(cls: type) -> dict[str, str]:
             if isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
                 docs[a.target.id] = " ".join(str(b.value.value).split())
     return docs
+
+
+def field_groups(cls: type) -> dict[str, str]:
+    """The heading each field of a dataclass is written under (a `# Parameters ...` comment line in the class body,
+    as TRL's configs group their fields), by field name; a field above the first heading has ''."""
+    try:
+        lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+    except (OSError, TypeError):
+        return {}
+    headings = [(n, line.strip()[2:]) for n, line in enumerate(lines, 1) if line.startswith("    # Parameters ")]
+    groups = {}
+    for node in ast.parse("\n".join(lines)).body[0].body:  # type: ignore[attr-defined]
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            groups[node.target.id] = next((h for n, h in reversed(headings) if n < node.lineno), "")
+    return groups

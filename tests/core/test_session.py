@@ -71,6 +71,25 @@ def test_flush_of_several_batches_is_one_add_in_birth_order():
     assert sorted(pk.values()) == [-1] * 8 + list(range(8))
 
 
+def test_flush_counts_the_rows_it_inserts_of_each_deferred_batch():
+    """Rows with a NaN / inf log-prob stay out of the one add and are counted once, over the batches and per batch
+    given to defer (rows of mixed births: a batch only partly due counts in each flush that takes part of it)."""
+    a, b, c = make_batch(2, 4, step=1, seed=0), make_batch(2, 4, step=0, seed=1), make_batch(1, 4, step=0, seed=2)
+    a.birth_step = torch.tensor([1] * 4 + [2] * 4)
+    a.behaviour_logps[0, 0] = float("nan")  # due at the first flush
+    a.behaviour_logps[5, 0] = float("-inf")  # due at the second
+    b.behaviour_logps[7, 0] = float("inf")
+    s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None))
+    for rows in (a, b, c):
+        s.defer(rows)
+    assert s.flush(before=2) == 3 + 7 + 4 and s.take_skipped_nonfinite() == 2
+    assert [s.inserted_from(r) for r in (a, b, c)] == [3, 7, 4]
+    assert s.inserted_from(make_batch(1, 4, step=0, seed=2)) == 0  # not a batch given to defer
+    assert s.flush() == 3 and s.take_skipped_nonfinite() == 1
+    assert [s.inserted_from(r) for r in (a, b, c)] == [3, 0, 0]
+    assert s.flush() == 0 and s.inserted_from(a) == 0
+
+
 def test_drift_bound_evicts_replayed_rows_above_it_and_never_fresh_ones():
     s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None, max_drift=0.1), seed=0)
     s.buffer.add(make_batch(2, 4, step=0, seed=0))
@@ -123,3 +142,17 @@ def test_save_and_load_round_trip_the_buffer(tmp_path):
     assert not r.pending and len(r.buffer) == 8 and r.buffer.config.tau_max == 3
     x, y = s.buffer.sample(4, 1), r.buffer.sample(4, 1)
     assert torch.equal(x.buffer_seq, y.buffer_seq)
+
+
+def test_waiting_rows_round_trip_through_pending_state():
+    """An engine that checkpoints while rows wait restores them (`pending_state` / `load_pending`): the restored
+    session inserts the same rows with the same prompt keys."""
+    cfg = ReplayConfig(warmup_steps=0, tau_max=None)
+    s = ReplaySession(cfg)
+    s.defer(make_batch(1, 4, step=0, seed=0), prompt_keys=[5, 6, 7, 8])
+    s.defer(make_batch(1, 4, step=1, seed=1))
+    restored = ReplaySession(cfg)
+    restored.load_pending(s.pending_state())
+    assert restored.flush(before=1) == s.flush(before=1) == 4
+    assert restored.flush() == s.flush() == 4
+    assert sorted(dict(zip(*restored.buffer.keys())).values()) == sorted(dict(zip(*s.buffer.keys())).values())

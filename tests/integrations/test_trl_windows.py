@@ -68,6 +68,10 @@ def test_short_window_never_replays_age_zero(tmp_path):
     _no_age_zero(trainer)
     assert sum(h["replay_rows"] for h in trainer.replay_history) == 0
     assert len(trainer.pending_at_sync) == 4  # one window end per optimizer step, short windows included
+    # Several generations share an optimizer step (and birth step): each record counts the rows of its own.
+    hist = list(trainer.replay_history)
+    assert len({h["step"] for h in hist}) < len(hist)
+    assert sum(h["inserted"] for h in hist) == trainer.replay_buffer.total_added > 0
 
 
 def test_short_windows_several_epochs_and_resume(tmp_path):

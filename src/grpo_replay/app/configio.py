@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import ConfigError
-from ..validation import bad, field_docs, is_finite, is_int  # noqa: F401  (re-exported)
+from ..validation import bad, field_docs, field_groups, is_finite, is_int  # noqa: F401  (re-exported)
 
 
 # YAML 1.1 (PyYAML) reads 1e-6, 1E6 and 1.0e6 as strings (it wants a dot and a signed exponent); YAML 1.2 and

@@ -93,10 +93,15 @@ def config_from_args(args: argparse.Namespace, machine: bool = True):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trainer.train_config import FIELDS
+    from ..trainer.train_config import FIELDS, TrainConfig
 
     if args.list_keys:
+        groups, heading = configio.field_groups(TrainConfig), None
         for k, (t, doc) in FIELDS.items():
+            group = groups.get(k.split(".", 1)[0], "")
+            if group != heading:  # the dataclass's own headings, as in train_config.py
+                print(("\n" if heading is not None else "") + f"# {group}")
+                heading = group
             print(f"{k}: {doc}")
         return 0
     cfg = config_from_args(args)  # a ConfigError here, or any UsageError / Stopped below: exit code by cli.main

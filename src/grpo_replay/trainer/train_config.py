@@ -32,36 +32,52 @@ DEFAULT_OUT_DIR = "runs/{preset}-seed{seed}"
 class TrainConfig:
     """One GRPO + replay training run. Defaults: the embedded testbed with the paper's method."""
 
-    preset: str = "paper"
-    """Replay preset applied before any replay.* override: paper | grpo | uniform_pool | sigma_pool."""
+    # Parameters that control the run as a whole
     seed: int = 0
     """Seed of prompt sampling, generation, evaluation sampling and the replay buffer (the warm start has testbed.seed)."""
     steps: int = 150
     """Training steps (one optimizer update each)."""
+    backend: str = "builtin"
+    """builtin (this trainer) | trl (ReplayGRPOTrainer)."""
+
+    # Parameters that control the model
+    model: Optional[str] = None
+    """Local path or hub id of a causal LM, or a GGUF file (.gguf); None = the embedded testbed's warm-started tiny model."""
+    model_file: Optional[str] = None
+    """A GGUF file inside the `model` directory (or hub repo), e.g. NAME.gguf; None = a regular checkpoint."""
+    device: str = "auto"
+    """auto (cuda if available) | cpu | cuda."""
+    precision: str = "auto"
+    """Update precision: auto (bf16 on a GPU, fp32 on a CPU) | bf16 (bf16 autocast with float32 master weights,
+    gradients and AdamW state, as TRL's bf16=True and verl's FSDP mixed precision; TF32 matmuls allowed; GPU only)
+    | fp32 (float32 throughout)."""
+    torch_threads: int = 0
+    """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
+    deterministic), torch's default otherwise."""
+
+    # Parameters that control the data and the reward
+    data: Optional[str] = None
+    """Training prompts (with --model): a JSONL file, a .json array, a directory, word_sums, or a Hugging Face dataset
+    name (DATASET:CONFIG names a config, e.g. openai/gsm8k:main); GSM8K and MATH field names are read as theirs."""
+    heldout_data: Optional[str] = None
+    """Held-out prompts for the math task (default: the last eval_problems rows of --data)."""
+    reward: str = "testbed"
+    """testbed (the synthetic task's exact-match reward) | math (math-verify grading of a \\boxed{} answer)."""
+    reward_timeout: float = 10.0
+    """Seconds a reward call may take before it is scored 0 and counted."""
+
+    # Parameters that control generation
     prompts_per_step: int = 32
     """Fresh prompts per step."""
     group_size: int = 8
     """Rollouts per prompt (G)."""
-    lr: float = 2e-4
-    """AdamW learning rate (the paper uses 1e-6 for 0.6B-4B models; the tiny testbed model needs more)."""
-    lr_warmup_steps: int = 0
-    """Linear learning-rate warm-up: update k (1-based) uses lr * min(1, k / lr_warmup_steps); 0 = none."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping norm (0 disables)."""
     temperature: float = 1.0
     """Sampling temperature of the behaviour policy; log-probs are computed at the same temperature."""
     max_new_tokens: int = 0
     """Completion budget in tokens; 0 = the task's default (testbed.max_new_tokens, or 1024 for math)."""
-    micro_batch_size: int = 0
-    """Rows per forward/backward pass during the update (gradient accumulation); 0 = whole batch."""
-    update_epochs: int = 1
-    """Optimizer updates per step on the step's composed batch (the GRPO paper's mu; TRL's num_iterations, verl's
-    ppo_epochs). Each is a whole-batch update accumulated over the micro-batches, not one update per micro-batch,
-    so micro_batch_size stays a memory setting that does not change the result. Every pass uses the rows'
-    behaviour log-probs (the first pass's for fresh rows, the stored ones for replayed rows), so the clip acts on
-    fresh rows from the second pass on; the learning-rate schedule advances once per step. Built-in trainer only."""
+    generator: str = "transformers"
+    """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra). The held-out
+    evaluation of the built-in trainer samples through it too."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling (verl's algorithm.filter_groups): after the zero-variance filter, generate further
     rounds of prompts_per_step fresh prompts until the update holds prompts_per_step groups with non-zero
@@ -72,64 +88,65 @@ class TrainConfig:
     """With dynamic_sampling: generation rounds per step at most, the first included (DAPO's recipe sets verl's
     algorithm.filter_groups.max_num_gen_batches=10; verl's own default 0 means no cap). At the cap the step
     trains on the groups it holds (with replay.fill_filtered, plus replay rows in place of the missing ones)."""
+
+    # Parameters that control the replay
+    preset: str = "paper"
+    """Replay preset applied before any replay.* override: paper | grpo | uniform_pool | sigma_pool."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
+
+    # Parameters that control training
+    lr: float = 2e-4
+    """AdamW learning rate (the paper uses 1e-6 for 0.6B-4B models; the tiny testbed model needs more)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up: update k (1-based) uses lr * min(1, k / lr_warmup_steps); 0 = none."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    micro_batch_size: int = 0
+    """Rows per forward/backward pass during the update (gradient accumulation); 0 = whole batch."""
+    update_epochs: int = 1
+    """Optimizer updates per step on the step's composed batch (the GRPO paper's mu; TRL's num_iterations, verl's
+    ppo_epochs). Each is a whole-batch update accumulated over the micro-batches, not one update per micro-batch,
+    so micro_batch_size stays a memory setting that does not change the result. Every pass uses the rows'
+    behaviour log-probs (the first pass's for fresh rows, the stored ones for replayed rows), so the clip acts on
+    fresh rows from the second pass on; the learning-rate schedule advances once per step. Built-in trainer only."""
     advantage_scale: str = "group"
     """group: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
+    max_bad_steps: int = 5
+    """Stop (with a checkpoint) after this many consecutive steps with a NaN/inf loss; such steps are skipped."""
+
+    # Parameters that control evaluation
     eval_every: int = 25
     """Evaluate on the held-out set every this many steps (and at the start and end); 0 = start and end only."""
     eval_problems: int = 256
     """Held-out problems per evaluation."""
     eval_samples: int = 4
     """Sampled completions per held-out problem (mean@n, pass@k); greedy accuracy is measured too."""
-    checkpoint_every: int = 50
-    """Write a resumable checkpoint every this many steps (and at the end); 0 = only at the end."""
-    keep_checkpoints: int = 2
-    """Most recent checkpoints kept."""
     drift_probe: int = 0
     """Policy-drift diagnostic (built-in trainer): probe rows, i.e. held-out prompts with one completion sampled once
     from the initial policy; each step logs drift/kl_1 and drift/kl_tau, the mean per-token KL(pi_t || pi_{t-k}) on
     them for k = 1 and k = replay.tau_max (see trainer/drift.py). 0 = off. It never changes the training run."""
-    max_bad_steps: int = 5
-    """Stop (with a checkpoint) after this many consecutive steps with a NaN/inf loss; such steps are skipped."""
-    reward_timeout: float = 10.0
-    """Seconds a reward call may take before it is scored 0 and counted."""
+
+    # Parameters that control logging and checkpoints
     out_dir: str = DEFAULT_OUT_DIR
     """Run directory ({preset} and {seed} are filled in; with backend=trl the default is runs/trl-{preset}-seed{seed},
     with a named testbed runs/[trl-]{testbed_preset}-{preset}-seed{seed}).
     An existing run there is resumed when its config matches (only steps, eval_every and a few others may change)."""
-    torch_threads: int = 0
-    """CPU threads for torch; 0 = 1 for the embedded testbed (a tiny model runs faster on one thread and is
-    deterministic), torch's default otherwise."""
-    device: str = "auto"
-    """auto (cuda if available) | cpu | cuda."""
-    backend: str = "builtin"
-    """builtin (this trainer) | trl (ReplayGRPOTrainer)."""
-    generator: str = "transformers"
-    """Generation backend: transformers (generate with KV cache) | vllm (GPU, optional extra). The held-out
-    evaluation of the built-in trainer samples through it too."""
-    precision: str = "auto"
-    """Update precision: auto (bf16 on a GPU, fp32 on a CPU) | bf16 (bf16 autocast with float32 master weights,
-    gradients and AdamW state, as TRL's bf16=True and verl's FSDP mixed precision; TF32 matmuls allowed; GPU only)
-    | fp32 (float32 throughout)."""
-    model: Optional[str] = None
-    """Local path or hub id of a causal LM, or a GGUF file (.gguf); None = the embedded testbed's warm-started tiny model."""
-    model_file: Optional[str] = None
-    """A GGUF file inside the `model` directory (or hub repo), e.g. NAME.gguf; None = a regular checkpoint."""
-    data: Optional[str] = None
-    """Training prompts (with --model): a JSONL file, a .json array, a directory, word_sums, or a Hugging Face dataset
-    name (DATASET:CONFIG names a config, e.g. openai/gsm8k:main); GSM8K and MATH field names are read as theirs."""
-    reward: str = "testbed"
-    """testbed (the synthetic task's exact-match reward) | math (math-verify grading of a \\boxed{} answer)."""
-    heldout_data: Optional[str] = None
-    """Held-out prompts for the math task (default: the last eval_problems rows of --data)."""
+    checkpoint_every: int = 50
+    """Write a resumable checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept."""
     progress: bool = True
     """Show a progress bar."""
     report_to: Union[str, tuple[str, ...]] = "none"
     """Experiment trackers (TRL's word): none | tensorboard | wandb | trackio, several as a list or comma-separated
     (tensorboard,wandb). Each gets every metrics.jsonl / evals.jsonl row under the same names."""
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    """Replay settings (replay.tau_max, replay.replay_ratio, ...)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
+
+    # Parameters that control the embedded testbed (the task and model when `model` is None)
     testbed_preset: str = "default"
     """Named testbed config applied before any testbed.* override: default (the quick addition testbed) |
     reasoning (running sums where writing the working raises the pass rate; TestbedConfig.reasoning()) |

@@ -49,7 +49,7 @@ from ...buffer import ReplayBuffer
 from ...composed import ComposedBatch
 from ...config import ReplayConfig
 from ... import metric_names as mn
-from ...rollout import RolloutBatch, cat_padded, nonfinite_logp_rows
+from ...rollout import RolloutBatch, cat_padded
 from ...session import ReplaySession
 from ...tally import KINDS, Tally
 from .batch_share import check_share
@@ -292,7 +292,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         skipped = self.replay_session.take_skipped_nonfinite()
         self._replay_pending = [e for e in self._replay_pending if not (before_step is None or e.step < before_step)]
         for entry in due:
-            entry.inserted = len(entry.batch) - int(nonfinite_logp_rows(entry.batch).sum())
+            entry.inserted = self.replay_session.inserted_from(entry.batch)
             if entry.history is not None:
                 entry.history.update(inserted=entry.inserted, buffer_size=len(self.replay_buffer))
         if log:
