@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import metric_names as mn
+from ..app.run_files import CONFIG, FINAL, LOG_HISTORY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, trl_checkpoint_name
 from . import trl_settings
 from .lifecycle import HeldOut, resolve_device, summary
 from .rewards import RewardScorer, SafeRewardTask
@@ -55,14 +56,14 @@ def _finished(run_dir, cfg: TrainConfig) -> Optional[dict[str, Any]]:
         return None
     print(f"grpo-replay: {run_dir} has already done its {cfg.steps} steps; nothing to train. To continue it, raise "
           f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
-          f"{Path(run_dir) / 'config.yaml'} --out NEWDIR", file=sys.stderr, flush=True)
+          f"{Path(run_dir) / CONFIG} --out NEWDIR", file=sys.stderr, flush=True)
     return summary_
 
 
 def last_checkpoint(run_dir) -> Optional[str]:
     from transformers.trainer_utils import get_last_checkpoint
 
-    return get_last_checkpoint(str(run_dir)) if any(Path(run_dir).glob("checkpoint-*")) else None
+    return get_last_checkpoint(str(run_dir)) if any(Path(run_dir).glob(TRL_CHECKPOINT_PREFIX + "*")) else None
 
 
 def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
@@ -108,7 +109,7 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     start_evals(run_dir, resume, start)
     res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
     trl_settings.raise_if_stopped(cfg, res["trainer"])
-    final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / "final")
+    final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / FINAL)
     return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info})
 
 
@@ -200,7 +201,7 @@ def train_testbed_with_trl(
         callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    final = Path(output_dir) / "final"
+    final = Path(output_dir) / FINAL
     trainer.save_model(str(final))
     result = {
         "output_dir": str(output_dir),
@@ -210,7 +211,7 @@ def train_testbed_with_trl(
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / "trl_summary.json").write_text(
+    (Path(output_dir) / TRL_SUMMARY).write_text(
         json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
     return result
 
@@ -284,8 +285,8 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     counts.restore(resume)
     trainer.train(resume_from_checkpoint=resume)
     trl_settings.raise_if_stopped(cfg, trainer)
-    trainer.save_model(str(Path(run_dir) / "final"))
-    (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
+    trainer.save_model(str(Path(run_dir) / FINAL))
+    (Path(run_dir) / LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
     return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info,
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)
 
@@ -299,7 +300,7 @@ def reward_counts_callback(scorer: RewardScorer, rank: int):
 
     class _RewardCounts(TrainerCallback):
         def on_save(self, args, state, control, **_: Any):  # after TRL wrote checkpoint-<step>
-            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            path = Path(args.output_dir) / trl_checkpoint_name(state.global_step)
             if path.is_dir():
                 (path / name).write_text(json.dumps(scorer.counts()))
 
