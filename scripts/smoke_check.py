@@ -13,7 +13,7 @@ could supply the draw (the share after trimming is the configured one). Per run:
 skipped update, and replay rows seen at all (else the checks above were vacuous).
 Exit 0 if everything holds, 1 with the list of violations.
 
-The TRL run calls `train_testbed_with_trl` (trainer/trl_backend.py), the function behind `grpo-replay train --backend
+The TRL run calls `train_testbed_with_trl` (trainer/trl/backend.py), the function behind `grpo-replay train --backend
 trl`, so that it can pass `use_cpu` and `bf16` itself.
 """
 from __future__ import annotations
@@ -160,7 +160,7 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
 def run_trl(args: argparse.Namespace) -> Recorder:
     import grpo_replay.integrations.trl.replay_grpo_trainer as trl_trainer
     import grpo_replay.session as session_mod
-    from grpo_replay.trainer.trl_backend import train_testbed_run
+    from grpo_replay.trainer.trl.backend import train_testbed_run
 
     rec = Recorder("trl")
     # Micro-batches of 8 fresh rows: TRL splits each step's 32 + 8 composed rows into 4 forwards of 10.

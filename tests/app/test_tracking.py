@@ -156,7 +156,7 @@ def test_flat_scalars_names():
 def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatch):
     """--backend trl: report_to goes to TRL's own option (a full TRL run is covered in tests/trainer)."""
     pytest.importorskip("trl")
-    import grpo_replay.trainer.trl_backend as trl_integration
+    import grpo_replay.trainer.trl.backend as trl_integration
 
     seen = {}
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("trl")
 
 from grpo_replay.cli import main  # noqa: E402
-from grpo_replay.trainer import trl_settings  # noqa: E402
+from grpo_replay.trainer.trl import settings as trl_settings  # noqa: E402
 from grpo_replay.trainer.train_config import FIELDS, resolve  # noqa: E402
 
 # key -> (a non-default value, the ReplayGRPOConfig field it must set and the value it must have there)
@@ -164,7 +164,7 @@ def test_the_paper_recipe_maps_to_a_split_that_realises_the_ratio():
 def test_real_model_path_refuses_before_loading(tmp_path):
     from grpo_replay.errors import ConfigError
     from grpo_replay.trainer.train_config import TrainConfig
-    from grpo_replay.trainer.trl_backend import train_with_trl
+    from grpo_replay.trainer.trl.backend import train_with_trl
 
     cfg = TrainConfig(backend="trl", reward="math", data="word_sums", model=str(tmp_path / "absent"),
                       micro_batch_size=3, out_dir=str(tmp_path / "run"))
@@ -175,7 +175,7 @@ def test_real_model_path_refuses_before_loading(tmp_path):
 
 def test_cli_settings_reach_trl(tiny_overrides, tmp_path, monkeypatch):
     """The testbed path hands every mapped setting to TRL (it hard-coded beta 0, temperature 1, dapo, ...)."""
-    import grpo_replay.trainer.trl_backend as trl_integration
+    import grpo_replay.trainer.trl.backend as trl_integration
 
     seen = {}
 

@@ -147,7 +147,7 @@ def _check_backend(overrides: dict) -> None:
 
     cfg = resolve(overrides)
     if cfg.backend == "trl":
-        from ..trainer import trl_settings
+        from ..trainer.trl import settings as trl_settings
 
         trl_settings.check(cfg)
 
@@ -208,7 +208,7 @@ def _train_one(overrides: dict) -> dict:
     from ..trainer import rundir
     from ..trainer.train_config import resolve
     from ..trainer.loop import train
-    from ..trainer.trl_backend import train_with_trl
+    from ..trainer.trl.backend import train_with_trl
 
     t0 = time.time()
     cfg = resolve(overrides)

@@ -1,6 +1,6 @@
 """`grpo-replay train --backend trl`: a run through TRL's GRPOTrainer with replay (`ReplayGRPOTrainer`), on the
 embedded testbed or on a real model with `--reward math`, claimed, evaluated and summarised like a built-in run
-(`rundir.claim`, `lifecycle`). What each TrainConfig key does here: `trl_settings.KEYS`.
+(`rundir.claim`, `lifecycle`). What each TrainConfig key does here: `settings.KEYS`.
 
 The testbed path trains the cached warm start on freshly sampled addition problems (`train_testbed_with_trl`, also
 what scripts/smoke_check.py drives). The real-model path takes the built-in trainer's model loading (GGUF
@@ -18,13 +18,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import metric_names as mn
-from ..app.run_files import CONFIG, FINAL, LOG_HISTORY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, trl_checkpoint_name
-from . import trl_settings
-from .lifecycle import HeldOut, resolve_device, summary
-from .rewards import RewardScorer, SafeRewardTask
-from .rundir import RunDir, claim
-from .train_config import TrainConfig
+from ... import metric_names as mn
+from ...app.run_files import CONFIG, FINAL, LOG_HISTORY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, trl_checkpoint_name
+from . import settings
+from ..lifecycle import HeldOut, resolve_device, summary
+from ..rewards import RewardScorer, SafeRewardTask
+from ..rundir import RunDir, claim
+from ..train_config import TrainConfig
 
 
 def no_activation_checkpointing() -> dict[str, bool]:
@@ -37,7 +37,7 @@ def no_activation_checkpointing() -> dict[str, bool]:
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
-    trl_settings.check(cfg)  # before the run directory is claimed or anything is loaded
+    settings.check(cfg)  # before the run directory is claimed or anything is loaded
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
         done = _finished(run_dir, cfg)
         if done is not None:  # nothing to train: never a fresh run over it (it may have no checkpoint to resume)
@@ -87,7 +87,7 @@ def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, re
     summary.json. Its totals come from metrics.jsonl, which holds every step of the run, those before a resume
     included (the trainer's own history holds only this process's steps)."""
     end = held_out(model)
-    trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
+    settings.append_eval(run_dir, cfg.steps, cfg, end)
     run = RunDir(run_dir)
     replay_rows = sum(int(r.get(mn.REPLAY_COUNT, 0)) for r in run.read_metrics())
     return run.write_summary(summary(
@@ -99,7 +99,7 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..tasks.testbed import TestbedTask, warm_start
+    from ...tasks.testbed import TestbedTask, warm_start
 
     torch.set_num_threads(cfg.torch_threads or 1)  # as the built-in trainer on the testbed
     model0, tokenizer, info = warm_start(cfg.testbed, progress=cfg.progress)
@@ -107,15 +107,15 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     start = held_out(model0)
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
-    res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
-    trl_settings.raise_if_stopped(cfg, res["trainer"])
+    res = train_testbed_run(cfg, run_dir, callbacks=settings.callbacks(cfg, held_out), resume=resume)
+    settings.raise_if_stopped(cfg, res["trainer"])
     final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / FINAL)
     return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info})
 
 
 def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
                       **trl_overrides: Any) -> dict[str, Any]:
-    """`train_testbed_with_trl` with every setting of the run (`trl_settings.trl_kwargs`); trl_overrides: further
+    """`train_testbed_with_trl` with every setting of the run (`settings.trl_kwargs`); trl_overrides: further
     `ReplayGRPOConfig` fields (they win)."""
     return train_testbed_with_trl(
         run_dir,
@@ -124,7 +124,7 @@ def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = Non
         testbed_config=cfg.testbed,
         seed=cfg.seed,
         progress=cfg.progress,
-        trl_overrides={**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
+        trl_overrides={**settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
         reward_timeout=cfg.reward_timeout,
         callbacks=callbacks,
         resume_from_checkpoint=resume,
@@ -160,9 +160,9 @@ def train_testbed_with_trl(
     Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
     "output_dir"}; the trained model is saved to `<output_dir>/final`.
     """
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
-    from ..tasks.testbed import TestbedConfig, TestbedTask, warm_start
+    from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ...integrations.trl.replay_grpo_config import trl_replay_kwargs
+    from ...tasks.testbed import TestbedConfig, TestbedTask, warm_start
 
     cfg = testbed_config or TestbedConfig()
     model, tokenizer, _info = warm_start(cfg, progress=progress)
@@ -221,7 +221,7 @@ def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -
     back (TRL passes every dataset column to the reward function by name)."""
     from datasets import Dataset
 
-    from ..tasks.testbed import TestbedProblem
+    from ...tasks.testbed import TestbedProblem
 
     dataset = Dataset.from_dict(
         {
@@ -248,9 +248,9 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     import torch
     from datasets import Dataset
 
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
-    from .setup import build_policy
+    from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ..memory import card_bytes, check_step_memory, eval_chunk, model_shape
+    from ..setup import build_policy
 
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
@@ -272,19 +272,19 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
-    args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
+    args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), "output_dir": str(run_dir),
                                  "use_cpu": device.type == "cpu",
                                  **no_activation_checkpointing()})
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
-                                processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))
+                                processing_class=tokenizer, callbacks=settings.callbacks(cfg, held_out))
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
     counts = reward_counts_callback(scorer, trainer.accelerator.process_index)
     trainer.add_callback(counts)
     counts.restore(resume)
     trainer.train(resume_from_checkpoint=resume)
-    trl_settings.raise_if_stopped(cfg, trainer)
+    settings.raise_if_stopped(cfg, trainer)
     trainer.save_model(str(Path(run_dir) / FINAL))
     (Path(run_dir) / LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
     return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info,
