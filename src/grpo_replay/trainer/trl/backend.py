@@ -12,7 +12,6 @@ directory is resumed, and the trained model is saved to `<run dir>/final`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -25,6 +24,10 @@ from ..lifecycle import HeldOut, resolve_device, summary
 from ..rewards import RewardScorer, SafeRewardTask
 from ..rundir import RunDir, claim
 from ..train_config import TrainConfig
+
+
+# The testbed problems TRL's dataset holds; its sampler draws each step's prompts from them.
+TRAIN_PROBLEMS = 4096
 
 
 def no_activation_checkpointing() -> dict[str, bool]:
@@ -107,112 +110,48 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     start = held_out(model0)
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
-    res = train_testbed_run(cfg, run_dir, callbacks=settings.callbacks(cfg, held_out), resume=resume)
+    res = train_testbed_with_trl(cfg, callbacks=settings.callbacks(cfg, held_out), resume_from_checkpoint=resume)
     settings.raise_if_stopped(cfg, res["trainer"])
     final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / FINAL)
     return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info})
 
 
-def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
-                      **trl_overrides: Any) -> dict[str, Any]:
-    """`train_testbed_with_trl` with every setting of the run (`settings.trl_kwargs`); trl_overrides: further
-    `ReplayGRPOConfig` fields (they win)."""
-    return train_testbed_with_trl(
-        run_dir,
-        preset=cfg.preset,
-        replay_overrides=cfg.replay_overrides(),
-        testbed_config=cfg.testbed,
-        seed=cfg.seed,
-        progress=cfg.progress,
-        trl_overrides={**settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
-        reward_timeout=cfg.reward_timeout,
-        callbacks=callbacks,
-        resume_from_checkpoint=resume,
-    )
+def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
+                           resume_from_checkpoint: Optional[str] = None, **trl_overrides: Any) -> dict[str, Any]:
+    """Train `cfg.testbed`'s warm start (loaded from the cache, or trained first) with `ReplayGRPOTrainer` for
+    `cfg.steps` optimizer steps in `cfg.run_dir`, every setting of `cfg` reaching TRL as `settings.trl_kwargs`
+    maps it (`settings.check` refuses what cannot; `train_with_trl` checks first). The training prompts are
+    `TRAIN_PROBLEMS` problems drawn with `cfg.seed`, each reward call scored within `cfg.reward_timeout`.
 
-
-def train_testbed_with_trl(
-    output_dir: str | os.PathLike,
-    preset: str = "paper",
-    *,
-    replay_overrides: Optional[dict[str, Any]] = None,
-    testbed_config: Any = None,
-    max_steps: int = 50,
-    prompts_per_step: int = 8,
-    num_generations: int = 8,
-    learning_rate: float = 1e-4,
-    seed: int = 0,
-    num_train_problems: int = 4096,
-    trl_overrides: Optional[dict[str, Any]] = None,
-    progress: bool = True,
-    reward_timeout: Optional[float] = None,
-    callbacks: Optional[list] = None,
-    resume_from_checkpoint: Optional[str] = None,
-) -> dict[str, Any]:
-    """Train the testbed model with `ReplayGRPOTrainer` for `max_steps` optimizer steps.
-
-    preset: replay preset (paper | grpo | uniform_pool | sigma_pool); replay_overrides: `ReplayConfig` fields
-    without the `replay_` prefix (e.g. {"tau_max": 5, "warmup_steps": 2}); testbed_config: a `TestbedConfig`
-    (default: `TestbedConfig()`; its warm start is loaded from the cache or trained first); prompts_per_step x
-    num_generations fresh rollouts per step; trl_overrides: any further `ReplayGRPOConfig` fields (they win);
-    reward_timeout: seconds a reward call may take (scored 0 after; None = no limit); callbacks: TrainerCallbacks;
-    resume_from_checkpoint: a TRL checkpoint to resume.
-    Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
-    "output_dir"}; the trained model is saved to `<output_dir>/final`.
+    callbacks: TrainerCallbacks; resume_from_checkpoint: a TRL checkpoint to resume; trl_overrides: further
+    `ReplayGRPOConfig` fields (they win). Writes `<run dir>/trl_summary.json` and returns {"log_history",
+    "replay_history", "final_metrics", "output_dir", "trainer"}; the trained model is saved to `<run dir>/final`.
     """
     from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from ...integrations.trl.replay_grpo_config import trl_replay_kwargs
-    from ...tasks.testbed import TestbedConfig, TestbedTask, warm_start
+    from ...tasks.testbed import TestbedTask, warm_start
 
-    cfg = testbed_config or TestbedConfig()
-    model, tokenizer, _info = warm_start(cfg, progress=progress)
+    out = cfg.run_dir
+    model, tokenizer, _info = warm_start(cfg.testbed, progress=cfg.progress)
     model.train()
-    task = TestbedTask(cfg, tokenizer)
-    problems = task.sample_problems(np.random.default_rng(seed), num_train_problems)
-    dataset, testbed_reward = _dataset_and_reward(task, problems, reward_timeout)
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        **no_activation_checkpointing(),
-        per_device_train_batch_size=prompts_per_step * num_generations,
-        num_generations=num_generations,
-        max_completion_length=cfg.max_new_tokens,
-        max_steps=max_steps,
-        learning_rate=learning_rate,
-        lr_scheduler_type="constant",
-        temperature=1.0,
-        beta=0.0,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=seed,
-        disable_tqdm=not progress,
-        replay_preset=preset,
-        **trl_replay_kwargs(replay_overrides or {}),
-    )
-    kwargs.update(trl_overrides or {})
-    args = ReplayGRPOConfig(**kwargs)
+    task = TestbedTask(cfg.testbed, tokenizer)
+    problems = task.sample_problems(np.random.default_rng(cfg.seed), TRAIN_PROBLEMS)
+    dataset, testbed_reward = _dataset_and_reward(task, problems, cfg.reward_timeout)
+    args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), **no_activation_checkpointing(), **trl_overrides})
     trainer = ReplayGRPOTrainer(
         model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer,
         callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    final = Path(output_dir) / FINAL
-    trainer.save_model(str(final))
+    trainer.save_model(str(out / FINAL))
     result = {
-        "output_dir": str(output_dir),
+        "output_dir": str(out),
         "trainer": trainer,
         "log_history": trainer.state.log_history,
         "replay_history": [{k: v for k, v in h.items() if k != "replay_completion_ids"} for h in trainer.replay_history],
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / TRL_SUMMARY).write_text(
-        json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TRL_SUMMARY).write_text(json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
     return result
 
 
