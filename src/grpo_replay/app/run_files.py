@@ -28,8 +28,8 @@ WANDB_DIR = "wandb"  # report_to=wandb: W&B's own files (unless WANDB_DIR is set
 WANDB_ID_FILE = "wandb_run_id"  # report_to=wandb: the W&B run a resumed run re-attaches to
 TRACKIO_NAME_FILE = "trackio_run"  # report_to=trackio: the trackio run a resumed run continues
 
-# Names grpo-replay wrote into a run directory before the marker existed (with the per-figure PNGs): a directory
-# holding only these, and a config.yaml that is a TrainConfig, is such a run, and is adopted.
+# What grpo-replay writes into a run directory (the per-figure PNGs included): a directory holding only these, and
+# a config.yaml that is a TrainConfig, is a run made before the marker existed, and is adopted.
 _OURS = re.compile("(?:" + "|".join((
     *(re.escape(n) for n in (CONFIG, METRICS, EVALS, SUMMARY, TRL_SUMMARY, TRAIN_LOG, FINAL, LOG_HISTORY)),
     r"[\w.-]+\.png", TENSORBOARD, WANDB_DIR, WANDB_ID_FILE,
