@@ -130,13 +130,13 @@ def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
     from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
     from ...tasks.testbed import TestbedTask, warm_start
 
-    out = cfg.run_dir
     model, tokenizer, _info = warm_start(cfg.testbed, progress=cfg.progress)
     model.train()
     task = TestbedTask(cfg.testbed, tokenizer)
     problems = task.sample_problems(np.random.default_rng(cfg.seed), TRAIN_PROBLEMS)
     dataset, testbed_reward = _dataset_and_reward(task, problems, cfg.reward_timeout)
     args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), **no_activation_checkpointing(), **trl_overrides})
+    out = Path(args.output_dir)  # cfg.run_dir, unless trl_overrides moved it
     trainer = ReplayGRPOTrainer(
         model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer,
         callbacks=callbacks,
@@ -151,7 +151,8 @@ def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / TRL_SUMMARY).write_text(json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
+    kept = {k: v for k, v in result.items() if k != "trainer"}
+    (out / TRL_SUMMARY).write_text(json.dumps(kept, indent=1, default=str))
     return result
 
 
