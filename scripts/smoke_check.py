@@ -13,7 +13,7 @@ could supply the draw (the share after trimming is the configured one). Per run:
 skipped update, and replay rows seen at all (else the checks above were vacuous).
 Exit 0 if everything holds, 1 with the list of violations.
 
-The TRL run calls `train_testbed_with_trl` (trainer/trl_backend.py), the function behind `grpo-replay train --backend
+The TRL run calls `train_testbed_with_trl` (trainer/trl/backend.py), the function behind `grpo-replay train --backend
 trl`, so that it can pass `use_cpu` and `bf16` itself.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import torch
 
+from grpo_replay.app.run_files import METRICS
 from grpo_replay.config import ReplayConfig
 from grpo_replay.experiments.arms import TINY_TESTBED
 from grpo_replay.rollout import RolloutBatch
@@ -150,7 +151,7 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
         loop.train(cfg)
     finally:
         session_mod.compose_batch, loop.build_policy = real_compose, real_build
-    rows = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (cfg.run_dir / METRICS).read_text().splitlines()]
     if any(r["skipped_nonfinite"] for r in rows):
         rec.problems.append("builtin: a step skipped its update for a non-finite loss")
     rec.finish([r["loss"] for r in rows if r["update_rows"]])
@@ -160,7 +161,7 @@ def run_builtin(args: argparse.Namespace) -> Recorder:
 def run_trl(args: argparse.Namespace) -> Recorder:
     import grpo_replay.integrations.trl.replay_grpo_trainer as trl_trainer
     import grpo_replay.session as session_mod
-    from grpo_replay.trainer.trl_backend import train_testbed_run
+    from grpo_replay.trainer.trl.backend import train_testbed_with_trl
 
     rec = Recorder("trl")
     # Micro-batches of 8 fresh rows: TRL splits each step's 32 + 8 composed rows into 4 forwards of 10.
@@ -178,9 +179,7 @@ def run_trl(args: argparse.Namespace) -> Recorder:
     session_mod.compose_batch = rec.wrap(real_compose)
     trl_trainer.ReplayGRPOTrainer._compute_loss = counted_loss
     try:
-        res = train_testbed_run(
-            cfg, cfg.run_dir, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16"
-        )
+        res = train_testbed_with_trl(cfg, use_cpu=args.device == "cpu", bf16=args.dtype == "bfloat16")
     finally:
         session_mod.compose_batch, trl_trainer.ReplayGRPOTrainer._compute_loss = real_compose, real_loss
     spg = res["trainer"].args.steps_per_generation

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from grpo_replay.app.provenance import cpu_capability, cpu_kind, cpu_model, git_commit  # noqa: E402
 from grpo_replay.app.jsonl import read_metrics  # noqa: E402
+from grpo_replay.app.run_files import METRICS, SUMMARY  # noqa: E402
 
 FIGURES = ROOT / "docs" / "figures.json"
 README = ROOT / "README.md"
@@ -61,8 +62,8 @@ def run_main_job(workdir: Path, extra: list[str]) -> tuple[dict, dict]:
     t0 = time.perf_counter()
     cli(workdir, "train", "--no-progress", "--out", str(out), *extra)
     seconds = time.perf_counter() - t0
-    summary = json.loads((out / "summary.json").read_text())
-    metrics = read_metrics(out / "metrics.jsonl")
+    summary = json.loads((out / SUMMARY).read_text())
+    metrics = read_metrics(out / METRICS)
     ws = summary["setup"]["warm_start"]
     pct = lambda x: round(100.0 * x, 1)  # noqa: E731
     measured = {

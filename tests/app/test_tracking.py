@@ -156,15 +156,15 @@ def test_flat_scalars_names():
 def test_backend_trl_hands_report_to_to_trl(tiny_overrides, tmp_path, monkeypatch):
     """--backend trl: report_to goes to TRL's own option (a full TRL run is covered in tests/trainer)."""
     pytest.importorskip("trl")
-    import grpo_replay.trainer.trl_backend as trl_integration
+    import grpo_replay.integrations.trl as trl_integration
 
     seen = {}
 
-    def stop(*a, **kw):
-        seen.update(kw["trl_overrides"])
+    def stop(**kw):  # the ReplayGRPOConfig the run would train with
+        seen.update(kw)
         raise KeyboardInterrupt  # not caught by the CLI: ends the run here
 
-    monkeypatch.setattr(trl_integration, "train_testbed_with_trl", stop)
+    monkeypatch.setattr(trl_integration, "ReplayGRPOConfig", stop)
     ov = {**tiny_overrides, "backend": "trl", "steps": 2}
     with pytest.raises(KeyboardInterrupt):
         main(_argv(ov, tmp_path / "trl", "--report-to", "tensorboard", "wandb"))

@@ -72,7 +72,8 @@ def _check_cli(argv: list[str], monkeypatch, tmp_path):
         monkeypatch.chdir(ROOT)
         return main(argv)
     if argv[0] == "train":
-        from grpo_replay.trainer import loop, train_config, trl_backend
+        from grpo_replay.trainer import loop, train_config
+        from grpo_replay.trainer.trl import backend as trl_backend
 
         def reached(cfg):
             raise _Reached(cfg)

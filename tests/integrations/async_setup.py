@@ -20,7 +20,7 @@ def reward_some_flat(prompts, completions, **kwargs):
 
 
 def async_kwargs(output_dir, **kw):
-    from grpo_replay.trainer.trl_backend import no_activation_checkpointing
+    from grpo_replay.trainer.trl.backend import no_activation_checkpointing
 
     base = dict(
         output_dir=str(output_dir), use_cpu=True, bf16=False, **no_activation_checkpointing(),

@@ -19,7 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 trl = pytest.importorskip("trl") if __name__ != "__main__" else __import__("trl")
 import torch  # noqa: E402
 
-from grpo_replay.trainer.trl_backend import no_activation_checkpointing  # noqa: E402
+from grpo_replay.trainer.trl.backend import no_activation_checkpointing  # noqa: E402
 
 CHARS = "abcdefgh0123456789+="
 

@@ -9,7 +9,7 @@ pytest.importorskip("trl")
 
 def test_checkpointing_is_off_without_the_deprecated_name(tmp_path):
     from grpo_replay.integrations.trl import ReplayGRPOConfig
-    from grpo_replay.trainer.trl_backend import no_activation_checkpointing
+    from grpo_replay.trainer.trl.backend import no_activation_checkpointing
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("trl")
 
 from grpo_replay.cli import main  # noqa: E402
-from grpo_replay.trainer import trl_settings  # noqa: E402
+from grpo_replay.trainer.trl import settings as trl_settings  # noqa: E402
 from grpo_replay.trainer.train_config import FIELDS, resolve  # noqa: E402
 
 # key -> (a non-default value, the ReplayGRPOConfig field it must set and the value it must have there)
@@ -63,7 +63,7 @@ AROUND = {
     "reward": "tests/realmodel",
     "heldout_data": "tests/realmodel",
     "testbed_preset": "tests/trainer/test_reasoning_testbed.py (the TRL run directory and warm start)",
-    "testbed.": "the warm start and task: train_testbed_with_trl(testbed_config=cfg.testbed), as the built-in trainer",
+    "testbed.": "the warm start and task: train_testbed_with_trl(cfg) loads cfg.testbed's, as the built-in trainer",
 }
 
 
@@ -164,7 +164,7 @@ def test_the_paper_recipe_maps_to_a_split_that_realises_the_ratio():
 def test_real_model_path_refuses_before_loading(tmp_path):
     from grpo_replay.errors import ConfigError
     from grpo_replay.trainer.train_config import TrainConfig
-    from grpo_replay.trainer.trl_backend import train_with_trl
+    from grpo_replay.trainer.trl.backend import train_with_trl
 
     cfg = TrainConfig(backend="trl", reward="math", data="word_sums", model=str(tmp_path / "absent"),
                       micro_batch_size=3, out_dir=str(tmp_path / "run"))
@@ -174,16 +174,24 @@ def test_real_model_path_refuses_before_loading(tmp_path):
 
 
 def test_cli_settings_reach_trl(tiny_overrides, tmp_path, monkeypatch):
-    """The testbed path hands every mapped setting to TRL (it hard-coded beta 0, temperature 1, dapo, ...)."""
-    import grpo_replay.trainer.trl_backend as trl_integration
+    """The testbed path hands every mapped setting to TRL (it hard-coded beta 0, temperature 1, dapo, ...): the
+    ReplayGRPOConfig that train_testbed_with_trl builds, and the reward's timeout."""
+    import grpo_replay.integrations.trl as trl_integration
+    import grpo_replay.trainer.trl.backend as backend
 
     seen = {}
+    dataset_and_reward = backend._dataset_and_reward
 
-    def stop(*a, **kw):
-        seen.update(kw["trl_overrides"], reward_timeout=kw["reward_timeout"])
+    def reward_with(task, problems, timeout=None):
+        seen["reward_timeout"] = timeout
+        return dataset_and_reward(task, problems, timeout)
+
+    def stop(**kw):
+        seen.update(kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trl_integration, "train_testbed_with_trl", stop)
+    monkeypatch.setattr(backend, "_dataset_and_reward", reward_with)
+    monkeypatch.setattr(trl_integration, "ReplayGRPOConfig", stop)
     ov = {**tiny_overrides, "loss.beta": 0.04, "temperature": 0.7, "loss.eps_low": 0.1, "loss.eps_high": 0.3,
           "loss.aggregation": "dr_grpo", "max_grad_norm": 0.5, "weight_decay": 0.1, "advantage_scale": "none",
           "lr_warmup_steps": 2, "loss.dual_clip_c": 3.0, "reward_timeout": 4.0}

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from grpo_replay.trainer.rewards import RewardScorer
-from grpo_replay.trainer.trl_backend import reward_counts_callback
+from grpo_replay.trainer.trl.backend import reward_counts_callback
 
 
 def test_the_trl_callback_saves_the_totals_in_the_checkpoint_and_restores_them(tmp_path):

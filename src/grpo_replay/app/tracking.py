@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import configio
+from .run_files import TENSORBOARD, TRACKIO_NAME_FILE, WANDB_ID_FILE
 from ..errors import ConfigError
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
@@ -35,8 +36,6 @@ TRACKERS = ("tensorboard", "wandb", "trackio")
 _PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "trackio": ("trackio", "trackio")}
 # List-valued metrics that are histograms of counts by integer bucket (bucket i = value i).
 HISTOGRAMS = ("buffer/age_hist",)
-WANDB_ID_FILE = "wandb_run_id"
-TRACKIO_NAME_FILE = "trackio_run"
 
 
 class TrackerError(ConfigError):
@@ -105,7 +104,7 @@ class Tracker:
         self._tb = self._wandb = self._trackio = None
         self._last: dict[str, tuple[int, float]] = {}
         if "tensorboard" in self.names:
-            self._tb = _open_tensorboard(Path(run_dir) / "tensorboard", config, first_step)
+            self._tb = _open_tensorboard(Path(run_dir) / TENSORBOARD, config, first_step)
         if "wandb" in self.names:
             self._wandb = _open_wandb(Path(run_dir), config)
         if "trackio" in self.names:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..app.run_files import SUMMARY
 from ..errors import UsageError
 from ..plotting.overlay import NotARunError, format_table, label_runs, write_table, final_metrics, load_run, plot_runs
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         if not r["finished"]:
             print(
                 f"grpo-replay plot: note: {r['run_dir']} is unfinished (step {r['steps_done']} of {r['steps']}, "
-                f"no summary.json); plotted up to its last step",
+                f"no {SUMMARY}); plotted up to its last step",
                 file=sys.stderr,
             )
     label_runs(runs)

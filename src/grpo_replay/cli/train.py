@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.reward == "math":
         check_data_rows(cfg)  # before the run directory is claimed or the model loads
     if cfg.backend == "trl":
-        from ..trainer.trl_backend import train_with_trl
+        from ..trainer.trl.backend import train_with_trl
 
         summary = train_with_trl(cfg)
     else:

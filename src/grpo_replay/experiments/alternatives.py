@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ..app import jsonl
+from ..app.run_files import EVALS, METRICS
 from . import budget_picks
 from .markdown import table
 from .stats import budget_to_reach, ci, interp, median_ci, paired_ci
@@ -59,7 +60,7 @@ def run_axes(evals: list[dict], metrics: list[dict], seed: int = 0) -> AxisRun:
 
 def load(run_dir: Path, seed: int) -> AxisRun:
     run_dir = Path(run_dir)
-    return run_axes(jsonl.read(run_dir / "evals.jsonl"), jsonl.read_metrics(run_dir / "metrics.jsonl"), seed)
+    return run_axes(jsonl.read(run_dir / EVALS), jsonl.read_metrics(run_dir / METRICS), seed)
 
 
 def best_alternative(runs: dict[str, dict[int, AxisRun]]) -> Optional[str]:

@@ -5,8 +5,8 @@ and where its files go (`_same_run_except`) is that run's first `S0` steps follo
 resumes a run with more steps from its final checkpoint (`trainer/rundir.py`, `RESUMABLE_KEYS`), and a resumed run
 equals an uninterrupted one. So `compare` copies the finished run's directory (checkpoints and logs, not its
 summary or plots) into the longer run's and lets the trainer resume there; the shorter run stays as it was, for
-the reports that read it. The copy records where it came from in `CONTINUED` (the source's directory, steps and
-the code it was made with: a continued run's first steps may be another commit's).
+the reports that read it. The copy records where it came from in `run_files.CONTINUED` (the source's directory,
+steps and the code it was made with: a continued run's first steps may be another commit's).
 
 A source qualifies only when its steps are a multiple of the run's eval_every (or eval_every is 0): the final
 evaluation of a run happens at its last step, so a source that ended between two scheduled evaluations would
@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..app import configio
+from ..app.run_files import CONFIG, CONTINUED, LOCK, SUMMARY
 
-CONTINUED = ".grpo-replay-continued.json"
-"""In a continued run's directory: {"from": the source run directory, "steps": its steps, "provenance": its code}."""
-_NOT_COPIED = ("summary.json", ".grpo-replay.lock")
+_NOT_COPIED = (SUMMARY, LOCK)
 
 
 def lineage(overrides: dict) -> str:
@@ -53,7 +52,7 @@ def _saved_lineage(run_dir: Path) -> Optional[str]:
     from ..trainer.train_config import resolve
 
     try:
-        return _digest(configio.flatten(resolve(yaml_path=str(run_dir / "config.yaml")).to_dict()))
+        return _digest(configio.flatten(resolve(yaml_path=str(run_dir / CONFIG)).to_dict()))
     except (OSError, ValueError, TypeError):
         return None  # unreadable or made by a config this code refuses: not a source
 
@@ -65,7 +64,7 @@ def find_source(run_dir: Path, seed: int, key: str, steps: int, eval_every: int)
 
     best, best_steps = None, 0
     for cand in sorted(Path(run_dir).parent.parent.glob(f"*/seed{seed}-*")):
-        if cand == Path(run_dir) or not (cand / "summary.json").is_file():
+        if cand == Path(run_dir) or not (cand / SUMMARY).is_file():
             continue
         hist = RunDir(cand).history()
         done = hist.summary_steps
@@ -79,7 +78,7 @@ def find_source(run_dir: Path, seed: int, key: str, steps: int, eval_every: int)
 def continue_from(source: Path, run_dir: Path) -> None:
     """Copy `source` into the new `run_dir` (not its summary, lock or plots) and record the source in CONTINUED;
     the trainer then resumes there from the source's final checkpoint."""
-    summary = json.loads((Path(source) / "summary.json").read_text())
+    summary = json.loads((Path(source) / SUMMARY).read_text())
     tmp = Path(str(run_dir) + ".continuing")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(source, tmp, ignore=lambda d, names: [n for n in names if n in _NOT_COPIED or n.endswith(".png")])

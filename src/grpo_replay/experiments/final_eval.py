@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from ..app import configio
 from ..app.data import BENCHMARKS
+from ..app.run_files import BENCH, CHECKPOINT_PREFIX, FINAL
 from ..errors import UsageError
 from .jobs import RunSpec, gpu_device, worker_pool
 
@@ -94,7 +95,7 @@ class BenchSettings:
 
 
 def result_path(run_dir: Path, label: str, bs: BenchSettings) -> Path:
-    return Path(run_dir) / "bench" / f"{label}-{bs.key()}.json"
+    return Path(run_dir) / BENCH / f"{label}-{bs.key()}.json"
 
 
 def missing_benchmarks(run_dir: Path, bs: BenchSettings) -> list[str]:
@@ -114,23 +115,24 @@ def load_results(run_dir: Path, bs: BenchSettings) -> Optional[dict[str, dict]]:
 
 def final_model_dir(run_dir: Path) -> Optional[Path]:
     """The trained model of a finished run: TRL's `final/`, else the built-in trainer's last checkpoint's `model/`."""
+    from ..trainer.checkpoint import MODEL
     from ..trainer.rundir import RunDir
 
     run_dir = Path(run_dir)
-    if (run_dir / "final" / "config.json").exists():
-        return run_dir / "final"
+    if (run_dir / FINAL / "config.json").exists():
+        return run_dir / FINAL
     ckpt = RunDir(run_dir).latest_checkpoint()
-    return ckpt / "model" if ckpt is not None and (ckpt / "model" / "config.json").exists() else None
+    return ckpt / MODEL if ckpt is not None and (ckpt / MODEL / "config.json").exists() else None
 
 
 def delete_checkpoints(run_dir: Path) -> list[str]:
     """Remove the run's model copies (training is finished: summary.json exists); returns what was removed."""
     run_dir = Path(run_dir)
-    gone = [p for p in sorted(run_dir.glob("ckpt-*")) + [run_dir / "final"] if p.is_dir()]
+    gone = [p for p in sorted(run_dir.glob(CHECKPOINT_PREFIX + "*")) + [run_dir / FINAL] if p.is_dir()]
     for p in gone:
         shutil.rmtree(p)
-    (run_dir / "bench").mkdir(parents=True, exist_ok=True)
-    (run_dir / "bench" / PRUNED).write_text(json.dumps({"deleted": [p.name for p in gone], "time": time.time()}))
+    (run_dir / BENCH).mkdir(parents=True, exist_ok=True)
+    (run_dir / BENCH / PRUNED).write_text(json.dumps({"deleted": [p.name for p in gone], "time": time.time()}))
     return [p.name for p in gone]
 
 
@@ -160,7 +162,7 @@ def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) ->
     if todo:
         model_dir = final_model_dir(rd)
         if model_dir is None:
-            why = "its checkpoints were deleted after an earlier evaluation" if (rd / "bench" / PRUNED).exists() else "it has no final checkpoint"
+            why = "its checkpoints were deleted after an earlier evaluation" if (rd / BENCH / PRUNED).exists() else "it has no final checkpoint"
             raise RuntimeError(
                 f"cannot evaluate {rd} on {', '.join(todo)}: {why}. Use a new --out (or delete this run directory) "
                 "to retrain, and --keep-checkpoints to keep them for later evaluations."
@@ -176,8 +178,8 @@ def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) ->
             model, tok = load_model(str(model_dir), device=bs.device, dtype=bs.dtype)
             # A chat template already writes BOS; adding special tokens again would double it.
             gen = TransformersGenerator(model, tok, add_special_tokens=not getattr(tok, "chat_template", None))
-        (rd / "bench").mkdir(parents=True, exist_ok=True)
-        log = open(rd / "bench" / "eval.log", "a")
+        (rd / BENCH).mkdir(parents=True, exist_ok=True)
+        log = open(rd / BENCH / "eval.log", "a")
         try:
             for name in todo:
                 settings = EvalSettings(
@@ -185,7 +187,7 @@ def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) ->
                     batch_size=bs.batch_size, progress=False,
                 )
                 t1 = time.time()
-                res = run_evaluation(gen, settings, tokenizer=tok, model_id=str(model_dir), backend=bs.backend, cache_dir=rd / "bench" / "cache")
+                res = run_evaluation(gen, settings, tokenizer=tok, model_id=str(model_dir), backend=bs.backend, cache_dir=rd / BENCH / "cache")
                 label = benchmark_label(name)
                 row = res["benchmarks"][label]
                 out = {"row": row, "model": str(model_dir), "fingerprint": res["fingerprint"], "settings": res["settings"], "seconds": time.time() - t1}
@@ -196,13 +198,13 @@ def evaluate_run(run_dir: str, seed: int, overrides: dict, bs: BenchSettings) ->
                 log.flush()
         except Exception as e:
             traceback.print_exc(file=log)
-            raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {rd / 'bench' / 'eval.log'})") from None
+            raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {rd / BENCH / 'eval.log'})") from None
         finally:
             log.close()
             close = getattr(gen, "close", None)  # a vLLM engine: its GPU memory and process groups
             if callable(close):
                 close()
-    pruned = [] if bs.keep_checkpoints or (rd / "bench" / PRUNED).exists() else delete_checkpoints(rd)
+    pruned = [] if bs.keep_checkpoints or (rd / BENCH / PRUNED).exists() else delete_checkpoints(rd)
     return {"wall_s": time.time() - t0, "evaluated": todo, "pruned": pruned}
 
 
@@ -213,7 +215,7 @@ def evaluate_all(specs: list[RunSpec], bs: BenchSettings, jobs: int, log=print) 
     Returns {"evaluated", "skipped", "failed": [...], "wall_s"}; failures do not stop the other runs."""
     t0 = time.time()
     done = [s for s in specs if s.done]
-    todo = [s for s in done if missing_benchmarks(s.run_dir, bs) or not (bs.keep_checkpoints or (s.run_dir / "bench" / PRUNED).exists())]
+    todo = [s for s in done if missing_benchmarks(s.run_dir, bs) or not (bs.keep_checkpoints or (s.run_dir / BENCH / PRUNED).exists())]
     res: dict[str, Any] = {"evaluated": 0, "skipped": len(done) - len(todo), "failed": [], "wall_s": 0.0}
     if not todo:
         return res

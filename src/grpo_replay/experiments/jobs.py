@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..app import configio
+from ..app.run_files import CONFIG, METRICS, SUMMARY, TRAIN_LOG
 from ..errors import ConfigError
 from . import continuation
 from .arms import Arm, seed_overrides
@@ -53,10 +54,10 @@ class RunSpec:
 
     @property
     def done(self) -> bool:
-        return (self.run_dir / "summary.json").exists()
+        return (self.run_dir / SUMMARY).exists()
 
     def steps_done(self) -> int:
-        p = self.run_dir / "metrics.jsonl"
+        p = self.run_dir / METRICS
         if self.done:
             return self.steps
         try:
@@ -106,10 +107,10 @@ def _refuse_missing_trackers(specs: list[RunSpec]) -> None:
     lacking = []
     for s in specs:
         asked = set(resolve(s.overrides).report_to.split(",")) - {"none"}
-        if not asked or not (s.run_dir / "config.yaml").is_file():
+        if not asked or not (s.run_dir / CONFIG).is_file():
             continue
         try:
-            made = set(resolve(yaml_path=str(s.run_dir / "config.yaml")).report_to.split(","))
+            made = set(resolve(yaml_path=str(s.run_dir / CONFIG)).report_to.split(","))
         except (ValueError, TypeError, RecursionError):
             continue  # not readable as a config: the run's own start refuses the directory
         if asked - made:
@@ -129,10 +130,10 @@ def _run_dir(arm_dir: Path, seed: int, overrides: dict) -> Path:
 
     new = arm_dir / f"seed{seed}-{config_hash(overrides)}"
     old = arm_dir / f"seed{seed}-{config_hash(overrides, UNHASHED + _HASHED_LATER)}"
-    if old == new or new.exists() or not (old / "config.yaml").is_file():
+    if old == new or new.exists() or not (old / CONFIG).is_file():
         return new
     try:
-        made = resolve(yaml_path=str(old / "config.yaml")).flat()
+        made = resolve(yaml_path=str(old / CONFIG)).flat()
     except (ValueError, TypeError, RecursionError):  # unreadable: the run is not reused
         return new
     asked = resolve(overrides).flat()
@@ -146,7 +147,7 @@ def _check_backend(overrides: dict) -> None:
 
     cfg = resolve(overrides)
     if cfg.backend == "trl":
-        from ..trainer import trl_settings
+        from ..trainer.trl import settings as trl_settings
 
         trl_settings.check(cfg)
 
@@ -207,19 +208,19 @@ def _train_one(overrides: dict) -> dict:
     from ..trainer import rundir
     from ..trainer.train_config import resolve
     from ..trainer.loop import train
-    from ..trainer.trl_backend import train_with_trl
+    from ..trainer.trl.backend import train_with_trl
 
     t0 = time.time()
     cfg = resolve(overrides)
     run = train_with_trl if cfg.backend == "trl" else train  # the same dispatch as `grpo-replay train`
     rundir.mark(cfg.run_dir)  # train.log is written before train() claims the directory
     # The run's own prints and warnings go to <run dir>/train.log, not over the progress display.
-    with open(cfg.run_dir / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    with open(cfg.run_dir / TRAIN_LOG, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             summary = run(cfg)
         except Exception as e:  # re-raised as a plain error so any exception type crosses the process boundary
             traceback.print_exc()
-            raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {cfg.run_dir / 'train.log'})") from None
+            raise RuntimeError(f"{type(e).__name__}: {e} (traceback in {cfg.run_dir / TRAIN_LOG})") from None
     return {"wall_s": time.time() - t0, "generated": summary.get("generated_rollouts")}
 
 

@@ -13,6 +13,7 @@ from typing import Optional
 import numpy as np
 
 from ..app import jsonl
+from ..app.run_files import METRICS
 from .arms import BASE
 from .markdown import count, table
 from .stats import Run, budget_to_reach, ci, format_diff, interp, paired_ci
@@ -80,7 +81,7 @@ def run_regime(run_dir: Path) -> dict[str, Optional[float]]:
     evaluations are not in it) and its drift regime:
     the step-mean of each REGIME_MEANS key (over the steps that log it), the REGIME_SUMS totals and the last
     REGIME_LAST values; None where the run never logged the key."""
-    rows = jsonl.read_metrics(Path(run_dir) / "metrics.jsonl")
+    rows = jsonl.read_metrics(Path(run_dir) / METRICS)
     # time/step_s includes the drift probe (a diagnostic that only some settings turn on): it is left out.
     steps = [float(m["time/step_s"]) - float(m.get("time/drift_s") or 0.0) for m in rows if m.get("time/step_s") is not None]
     out: dict[str, Optional[float]] = {"train_s": float(sum(steps)) if steps else None}

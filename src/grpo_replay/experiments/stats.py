@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..app import jsonl
+from ..app.run_files import EVALS, METRICS, SUMMARY
 from ..app.provenance import cpu_kind
 from ..eval.metrics import aes, evaluate_correctness, relative_change
 from .continuation import continued_commit
@@ -205,11 +206,11 @@ class Run:
 def load_run(arm: str, seed: int, run_dir: Path) -> Optional[Run]:
     """A finished run (summary.json present) or None."""
     run_dir = Path(run_dir)
-    if not (run_dir / "summary.json").exists():
+    if not (run_dir / SUMMARY).exists():
         return None
-    evals = jsonl.read(run_dir / "evals.jsonl")
-    metrics = jsonl.read_metrics(run_dir / "metrics.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    evals = jsonl.read(run_dir / EVALS)
+    metrics = jsonl.read_metrics(run_dir / METRICS)
+    summary = json.loads((run_dir / SUMMARY).read_text())
     warm = (summary.get("setup") or {}).get("warm_start") or {}
     warm = {k: warm.get(k) for k in ("pass_rate", "step", "stop_reason", "seconds", "cache_key", "n_params")}
     rows = sum(int(m.get("update_rows") or 0) for m in metrics)

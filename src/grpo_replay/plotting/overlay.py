@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..app import jsonl
+from ..app.run_files import CONFIG, EVALS, METRICS, SUMMARY
 from ..errors import UsageError
 
 TABLE_COLUMNS = (
@@ -34,10 +35,10 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 
     if not run_dir.is_dir():
         raise NotARunError(f"{run_dir} is not a directory")
-    cfg_path = run_dir / "config.yaml"
+    cfg_path = run_dir / CONFIG
     if not cfg_path.is_file():
         raise NotARunError(
-            f"{run_dir} is not a grpo-replay run directory (no config.yaml; a run directory is what "
+            f"{run_dir} is not a grpo-replay run directory (no {CONFIG}; a run directory is what "
             f"`grpo-replay train --out DIR` writes, e.g. runs/paper-seed0)"
         )
     try:
@@ -46,13 +47,13 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         raise NotARunError(f"{cfg_path} is not valid YAML: {e}") from None
     if not isinstance(cfg, dict):
         raise NotARunError(f"{cfg_path} does not hold a config mapping")
-    metrics, evals = jsonl.read_metrics(run_dir / "metrics.jsonl"), jsonl.read(run_dir / "evals.jsonl")
+    metrics, evals = jsonl.read_metrics(run_dir / METRICS), jsonl.read(run_dir / EVALS)
     if not metrics and not evals:
-        raise NotARunError(f"{run_dir} has no logged steps yet (metrics.jsonl and evals.jsonl are empty or missing)")
+        raise NotARunError(f"{run_dir} has no logged steps yet ({METRICS} and {EVALS} are empty or missing)")
     summary = None
-    if (run_dir / "summary.json").is_file():
+    if (run_dir / SUMMARY).is_file():
         try:
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = json.loads((run_dir / SUMMARY).read_text())
         except json.JSONDecodeError:
             summary = None
     return {

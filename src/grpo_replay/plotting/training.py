@@ -4,13 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..app import jsonl
+from ..app.run_files import EVALS, METRICS
 
 from . import plt, save
 
 
 def plot_run(run_dir: Path) -> list[Path]:
     run_dir = Path(run_dir)
-    metrics, evals = jsonl.read_metrics(run_dir / "metrics.jsonl"), jsonl.read(run_dir / "evals.jsonl")
+    metrics, evals = jsonl.read_metrics(run_dir / METRICS), jsonl.read(run_dir / EVALS)
     out = []
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))

@@ -94,7 +94,7 @@ def check_launch_rules(cfg: TrainConfig, report: Report, label: str = "") -> Non
 
     checks = [check_data_rows] if cfg.reward == "math" else []
     if cfg.backend == "trl":
-        from ..trainer import trl_settings
+        from ..trainer.trl import settings as trl_settings
 
         checks.append(trl_settings.check)
     for check in checks:

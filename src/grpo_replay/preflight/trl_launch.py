@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from ..app.run_files import TRL_CHECKPOINT_PREFIX
 from ..replay_share import realised_share
 from ..trainer import memory
 from .host import Host, check_stack
@@ -182,7 +183,7 @@ def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_
 
 def _check_output_dir(args, report: Report) -> None:
     out = Path(args.output_dir)
-    ckpts = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    ckpts = sorted(out.glob(TRL_CHECKPOINT_PREFIX + "*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
     resume = getattr(args, "resume_from_checkpoint", None)
     if resume:
         there = Path(resume).is_dir()

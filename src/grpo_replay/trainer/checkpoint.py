@@ -20,12 +20,14 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..app.run_files import CHECKPOINT_PREFIX, CONFIG as RUN_CONFIG, checkpoint_name
 from ..errors import UsageError
 from ..buffer import ReplayBuffer
 
 DONE = "trainer_state.json"  # written last: its presence marks a complete checkpoint
 DRIFT = "drift.safetensors"  # the drift probe and its kept log-probs (TrainConfig.drift_probe > 0)
-CONFIG = "config.yaml"  # the config the checkpoint was made with
+MODEL = "model"  # the model and tokenizer (save_pretrained)
+CONFIG = RUN_CONFIG  # the config the checkpoint was made with, under the run's own name for it
 
 
 def _fsync_dir(path: Path) -> None:
@@ -81,8 +83,8 @@ def save(
 ) -> Path:
     """Write checkpoint `step` (the number of completed steps) atomically; prune older ones. `config_yaml`, the
     run's config, is stored with it, so a resume is checked against the config the checkpoint was made with."""
-    final = run_dir / f"ckpt-{step:06d}"
-    tmp = run_dir / f"ckpt-{step:06d}.tmp"
+    final = run_dir / checkpoint_name(step)
+    tmp = run_dir / f"{checkpoint_name(step)}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -110,9 +112,9 @@ def save(
 
 def _write(tmp: Path, step: int, model, tokenizer, optimizer, scheduler, buffer, prompt_rng, trainer_state, drift,
            config_yaml) -> None:
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    model.save_pretrained(tmp / MODEL, safe_serialization=True)
     if tokenizer is not None:
-        tokenizer.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / MODEL)
     _torch_save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
     _torch_save({"cpu": torch.get_rng_state(), "cuda": _cuda_states()}, tmp / "torch_rng.pt")
     buffer.save(tmp / "buffer")
@@ -134,7 +136,7 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     if not run_dir.is_dir():
         return []
-    return sorted(p for p in run_dir.glob("ckpt-*") if p.is_dir() and not p.name.endswith(".tmp") and (p / DONE).is_file())
+    return sorted(p for p in run_dir.glob(CHECKPOINT_PREFIX + "*") if p.is_dir() and not p.name.endswith(".tmp") and (p / DONE).is_file())
 
 
 def latest(run_dir: Path) -> Optional[Path]:
@@ -148,7 +150,7 @@ class DamagedCheckpoint(ValueError):
     def __init__(self, file: Path, reason: str):
         self.file = file
         parts = file.parts
-        start = max((i for i, part in enumerate(parts) if part.startswith("ckpt-")), default=len(parts) - 1)
+        start = max((i for i, part in enumerate(parts) if part.startswith(CHECKPOINT_PREFIX)), default=len(parts) - 1)
         self.name = "/".join(parts[start:])  # e.g. ckpt-000004/model/model.safetensors
         super().__init__(f"{self.name} is damaged ({reason})")
 
@@ -178,7 +180,7 @@ def load(
     def torch_load(p: Path):
         return torch.load(p, weights_only=True)
 
-    weights = _read(path / "model" / "model.safetensors", lambda p: load_file(str(p)))
+    weights = _read(path / MODEL / "model.safetensors", lambda p: load_file(str(p)))
     opt = _read(path / "optim.pt", torch_load)
     rng = _read(path / "torch_rng.pt", torch_load)
     loaded = _read(path / "buffer", lambda p: ReplayBuffer.load(p, config=buffer.config))

@@ -49,6 +49,7 @@ from ..diagnostics import split_tally
 from ..session import ReplaySession
 from ..app import tracking
 from ..app.console import quiet_third_party
+from ..app.run_files import checkpoint_name
 from ..generation.transformers import TransformersGenerator
 from ..loss import LossConfig
 from . import lifecycle, rundir
@@ -306,7 +307,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
     if interrupted and not stop:
         run.tracker.close()
         raise TrainingInterrupted(
-            f"{interrupted} after step {step_done}; checkpoint ckpt-{step_done:06d} written to {run.run_dir}. "
+            f"{interrupted} after step {step_done}; checkpoint {checkpoint_name(step_done)} written to {run.run_dir}. "
             "Rerun the same command to resume."
         )
     if stop:

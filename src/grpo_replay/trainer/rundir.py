@@ -1,10 +1,10 @@
 """The run directory: `RunDir`, the one owner of a run's files, and `claim`, which checks and locks it before any
 compute.
 
-`RunDir` names every file a run writes and writes them: the metrics and evaluation logs (metrics.jsonl,
-evals.jsonl: appended a row a step, trimmed to the checkpoint's step on resume, read back tolerantly), the
-checkpoints (`checkpoint.py` writes one; a full disk becomes a `CheckpointError` that says what to do) and
-summary.json.
+`RunDir` writes every file a run has (their names are `app.run_files`', shared with the layers that read them): the
+metrics and evaluation logs (metrics.jsonl, evals.jsonl: appended a row a step, trimmed to the checkpoint's step on
+resume, read back tolerantly), the checkpoints (`checkpoint.py` writes one; a full disk becomes a `CheckpointError`
+that says what to do) and summary.json.
 
 `claim(cfg)` is held for the whole run (built-in trainer and `--backend trl`) and yields the `RunDir`:
   - the path must be usable: not empty, not a file, not under a file, writable;
@@ -23,7 +23,6 @@ import contextlib
 import errno
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,14 +32,11 @@ import yaml
 
 from .. import __version__
 from ..app import configio, jsonl
+from ..app.run_files import CONFIG, EVALS, LOCK, MARKER, METRICS, SUMMARY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, is_ours
 from ..app.provenance import provenance
 from ..errors import UsageError
 from . import checkpoint
 from .stopping import CheckpointError
-
-METRICS, EVALS, SUMMARY = "metrics.jsonl", "evals.jsonl", "summary.json"
-MARKER = ".grpo-replay-run"
-LOCK = ".grpo-replay.lock"
 
 # Keys that may change when a run is resumed: they change how long it runs, how often it evaluates, logs and
 # checkpoints, and where things are, not what one step computes. Any other difference refuses the resume.
@@ -57,11 +53,6 @@ RESUMABLE_KEYS = (
     "testbed.cache_dir",
     "testbed.progress_every",
 )
-
-# What grpo-replay writes into a run directory; a directory holding only these (and a config.yaml that is a
-# TrainConfig) is a run made before the marker existed, and is adopted.
-_OURS = re.compile(r"(config\.yaml|metrics\.jsonl|evals\.jsonl|summary\.json|trl_summary\.json|train\.log|final|[\w.-]+\.png"
-                   r"|tensorboard|wandb|wandb_run_id|log_history\.json|checkpoint-\d+|ckpt-\d+(\.tmp)?|[\w.-]+\.tmp|\.grpo-replay[\w.-]*)")
 
 
 class RunDirError(UsageError):
@@ -97,7 +88,7 @@ def _foreign_files(run_dir: Path) -> list[str]:
     names = sorted(p.name for p in run_dir.iterdir())
     if not names:
         return []
-    if "config.yaml" in names and all(_OURS.fullmatch(n) for n in names) and _is_train_config(run_dir / "config.yaml"):
+    if CONFIG in names and all(map(is_ours, names)) and _is_train_config(run_dir / CONFIG):
         return []
     return names
 
@@ -172,7 +163,7 @@ class RunHistory(NamedTuple):
 def holds_run(directory: Path) -> bool:
     """Whether `directory` is a grpo-replay run directory (marked, or only grpo-replay's files with a config.yaml)."""
     return directory.is_dir() and ((directory / MARKER).is_file()
-                                   or ((directory / "config.yaml").is_file() and not _foreign_files(directory)))
+                                   or ((directory / CONFIG).is_file() and not _foreign_files(directory)))
 
 
 def _refuse_foreign(run_dir: Path) -> None:
@@ -242,7 +233,8 @@ def exclusive(directory: Path, name: str, what: str) -> Iterator[Path]:
 
 
 class RunDir:
-    """One run directory's files: the only code that names them. Path-like (`Path(run)`, `run / "x"`, `str(run)`).
+    """One run directory's files: the only code that writes them (their names: `app.run_files`). Path-like
+    (`Path(run)`, `run / "x"`, `str(run)`).
 
     metrics.jsonl, evals.jsonl: a row appended per step / evaluation (and sent to the run's trackers), read
     tolerantly (`app.jsonl`), trimmed to the checkpoint's step on resume; checkpoints `ckpt-<step>/`
@@ -305,7 +297,7 @@ class RunDir:
     def history(self) -> RunHistory:
         """What earlier runs left here: checkpoints of both trainers and the summary (`RunHistory`)."""
         newest = self.latest_checkpoint()
-        trl_entries = list(self.path.glob("checkpoint-*"))
+        trl_entries = list(self.path.glob(TRL_CHECKPOINT_PREFIX + "*"))
         trl = sorted(int(p.name.split("-")[1]) for p in trl_entries if p.is_dir() and p.name.split("-")[1].isdigit())
         steps = (self.read_summary() or {}).get("steps", 0)
         return RunHistory(
@@ -313,7 +305,7 @@ class RunDir:
             checkpoint_step=int(newest.name.split("-")[1]) if newest is not None else 0,
             trl_checkpoint_steps=tuple(trl),
             summary_steps=steps if isinstance(steps, int) else 0,
-            has_summary=self.summary.is_file() or (self.path / "trl_summary.json").is_file(),
+            has_summary=self.summary.is_file() or (self.path / TRL_SUMMARY).is_file(),
             has_trl_entries=bool(trl_entries),
         )
 
@@ -333,7 +325,7 @@ class RunDir:
                     return resolve(configio.flatten(configio.yaml_load(text)))
                 except (ValueError, TypeError, RecursionError, AttributeError, yaml.YAMLError):
                     continue  # damaged, like an unreadable file
-        path = self.path / "config.yaml"
+        path = self.path / CONFIG
         if not path.is_file():
             raise RunDirError(
                 f"{self} holds a run's results but no config.yaml (and no checkpoint carrying its {checkpoint.CONFIG}), "
@@ -413,14 +405,14 @@ def claim(cfg) -> Iterator[RunDir]:
             raise
         try:
             _write_marker(run_dir)
-            (run_dir / "config.yaml").write_text(cfg.to_yaml())
+            (run_dir / CONFIG).write_text(cfg.to_yaml())
         except OSError as e:
             raise RunDirError(f"TrainConfig.out_dir={str(run_dir)!r} is not writable: {e.strerror or e}") from None
         if cfg.backend == "builtin" and done >= cfg.steps:
             print(
                 f"grpo-replay: {run_dir} has already done its {done} steps; nothing to train. To continue it, raise "
                 f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
-                f"{run_dir / 'config.yaml'} --out NEWDIR",
+                f"{run_dir / CONFIG} --out NEWDIR",
                 file=sys.stderr,
                 flush=True,
             )

@@ -1,6 +1,6 @@
 """`grpo-replay train --backend trl`: a run through TRL's GRPOTrainer with replay (`ReplayGRPOTrainer`), on the
 embedded testbed or on a real model with `--reward math`, claimed, evaluated and summarised like a built-in run
-(`rundir.claim`, `lifecycle`). What each TrainConfig key does here: `trl_settings.KEYS`.
+(`rundir.claim`, `lifecycle`). What each TrainConfig key does here: `settings.KEYS`.
 
 The testbed path trains the cached warm start on freshly sampled addition problems (`train_testbed_with_trl`, also
 what scripts/smoke_check.py drives). The real-model path takes the built-in trainer's model loading (GGUF
@@ -12,18 +12,22 @@ directory is resumed, and the trained model is saved to `<run dir>/final`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import metric_names as mn
-from . import trl_settings
-from .lifecycle import HeldOut, resolve_device, summary
-from .rewards import RewardScorer, SafeRewardTask
-from .rundir import RunDir, claim
-from .train_config import TrainConfig
+from ... import metric_names as mn
+from ...app.run_files import CONFIG, FINAL, LOG_HISTORY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, trl_checkpoint_name
+from . import settings
+from ..lifecycle import HeldOut, resolve_device, summary
+from ..rewards import RewardScorer, SafeRewardTask
+from ..rundir import RunDir, claim
+from ..train_config import TrainConfig
+
+
+# The testbed problems TRL's dataset holds; its sampler draws each step's prompts from them.
+TRAIN_PROBLEMS = 4096
 
 
 def no_activation_checkpointing() -> dict[str, bool]:
@@ -36,7 +40,7 @@ def no_activation_checkpointing() -> dict[str, bool]:
 
 
 def train_with_trl(cfg: TrainConfig) -> dict[str, Any]:
-    trl_settings.check(cfg)  # before the run directory is claimed or anything is loaded
+    settings.check(cfg)  # before the run directory is claimed or anything is loaded
     with claim(cfg) as run_dir:  # checked, locked for the run's life, config.yaml written
         done = _finished(run_dir, cfg)
         if done is not None:  # nothing to train: never a fresh run over it (it may have no checkpoint to resume)
@@ -55,14 +59,14 @@ def _finished(run_dir, cfg: TrainConfig) -> Optional[dict[str, Any]]:
         return None
     print(f"grpo-replay: {run_dir} has already done its {cfg.steps} steps; nothing to train. To continue it, raise "
           f"steps (--steps N); to re-run its config from scratch: grpo-replay train --config "
-          f"{Path(run_dir) / 'config.yaml'} --out NEWDIR", file=sys.stderr, flush=True)
+          f"{Path(run_dir) / CONFIG} --out NEWDIR", file=sys.stderr, flush=True)
     return summary_
 
 
 def last_checkpoint(run_dir) -> Optional[str]:
     from transformers.trainer_utils import get_last_checkpoint
 
-    return get_last_checkpoint(str(run_dir)) if any(Path(run_dir).glob("checkpoint-*")) else None
+    return get_last_checkpoint(str(run_dir)) if any(Path(run_dir).glob(TRL_CHECKPOINT_PREFIX + "*")) else None
 
 
 def start_evals(run_dir, resume: Optional[str], start: dict[str, Any]) -> None:
@@ -86,7 +90,7 @@ def _finish(cfg: TrainConfig, run_dir, held_out: HeldOut, model, start: dict, re
     summary.json. Its totals come from metrics.jsonl, which holds every step of the run, those before a resume
     included (the trainer's own history holds only this process's steps)."""
     end = held_out(model)
-    trl_settings.append_eval(run_dir, cfg.steps, cfg, end)
+    settings.append_eval(run_dir, cfg.steps, cfg, end)
     run = RunDir(run_dir)
     replay_rows = sum(int(r.get(mn.REPLAY_COUNT, 0)) for r in run.read_metrics())
     return run.write_summary(summary(
@@ -98,7 +102,7 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..tasks.testbed import TestbedTask, warm_start
+    from ...tasks.testbed import TestbedTask, warm_start
 
     torch.set_num_threads(cfg.torch_threads or 1)  # as the built-in trainer on the testbed
     model0, tokenizer, info = warm_start(cfg.testbed, progress=cfg.progress)
@@ -106,112 +110,49 @@ def _train_testbed(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     start = held_out(model0)
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
-    res = train_testbed_run(cfg, run_dir, callbacks=trl_settings.callbacks(cfg, held_out), resume=resume)
-    trl_settings.raise_if_stopped(cfg, res["trainer"])
-    final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / "final")
+    res = train_testbed_with_trl(cfg, callbacks=settings.callbacks(cfg, held_out), resume_from_checkpoint=resume)
+    settings.raise_if_stopped(cfg, res["trainer"])
+    final = AutoModelForCausalLM.from_pretrained(Path(run_dir) / FINAL)
     return _finish(cfg, run_dir, held_out, final, start, resume, {"warm_start": info})
 
 
-def train_testbed_run(cfg: TrainConfig, run_dir, callbacks: Optional[list] = None, resume: Optional[str] = None,
-                      **trl_overrides: Any) -> dict[str, Any]:
-    """`train_testbed_with_trl` with every setting of the run (`trl_settings.trl_kwargs`); trl_overrides: further
-    `ReplayGRPOConfig` fields (they win)."""
-    return train_testbed_with_trl(
-        run_dir,
-        preset=cfg.preset,
-        replay_overrides=cfg.replay_overrides(),
-        testbed_config=cfg.testbed,
-        seed=cfg.seed,
-        progress=cfg.progress,
-        trl_overrides={**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir), **trl_overrides},
-        reward_timeout=cfg.reward_timeout,
-        callbacks=callbacks,
-        resume_from_checkpoint=resume,
-    )
+def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
+                           resume_from_checkpoint: Optional[str] = None, **trl_overrides: Any) -> dict[str, Any]:
+    """Train `cfg.testbed`'s warm start (loaded from the cache, or trained first) with `ReplayGRPOTrainer` for
+    `cfg.steps` optimizer steps in `cfg.run_dir`, every setting of `cfg` reaching TRL as `settings.trl_kwargs`
+    maps it (`settings.check` refuses what cannot; `train_with_trl` checks first). The training prompts are
+    `TRAIN_PROBLEMS` problems drawn with `cfg.seed`, each reward call scored within `cfg.reward_timeout`.
 
-
-def train_testbed_with_trl(
-    output_dir: str | os.PathLike,
-    preset: str = "paper",
-    *,
-    replay_overrides: Optional[dict[str, Any]] = None,
-    testbed_config: Any = None,
-    max_steps: int = 50,
-    prompts_per_step: int = 8,
-    num_generations: int = 8,
-    learning_rate: float = 1e-4,
-    seed: int = 0,
-    num_train_problems: int = 4096,
-    trl_overrides: Optional[dict[str, Any]] = None,
-    progress: bool = True,
-    reward_timeout: Optional[float] = None,
-    callbacks: Optional[list] = None,
-    resume_from_checkpoint: Optional[str] = None,
-) -> dict[str, Any]:
-    """Train the testbed model with `ReplayGRPOTrainer` for `max_steps` optimizer steps.
-
-    preset: replay preset (paper | grpo | uniform_pool | sigma_pool); replay_overrides: `ReplayConfig` fields
-    without the `replay_` prefix (e.g. {"tau_max": 5, "warmup_steps": 2}); testbed_config: a `TestbedConfig`
-    (default: `TestbedConfig()`; its warm start is loaded from the cache or trained first); prompts_per_step x
-    num_generations fresh rollouts per step; trl_overrides: any further `ReplayGRPOConfig` fields (they win);
-    reward_timeout: seconds a reward call may take (scored 0 after; None = no limit); callbacks: TrainerCallbacks;
-    resume_from_checkpoint: a TRL checkpoint to resume.
-    Writes `<output_dir>/trl_summary.json` and returns {"log_history", "replay_history", "final_metrics",
-    "output_dir"}; the trained model is saved to `<output_dir>/final`.
+    callbacks: TrainerCallbacks; resume_from_checkpoint: a TRL checkpoint to resume; trl_overrides: further
+    `ReplayGRPOConfig` fields (they win). Writes `<run dir>/trl_summary.json` and returns {"log_history",
+    "replay_history", "final_metrics", "output_dir", "trainer"}; the trained model is saved to `<run dir>/final`.
     """
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
-    from ..tasks.testbed import TestbedConfig, TestbedTask, warm_start
+    from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ...tasks.testbed import TestbedTask, warm_start
 
-    cfg = testbed_config or TestbedConfig()
-    model, tokenizer, _info = warm_start(cfg, progress=progress)
+    model, tokenizer, _info = warm_start(cfg.testbed, progress=cfg.progress)
     model.train()
-    task = TestbedTask(cfg, tokenizer)
-    problems = task.sample_problems(np.random.default_rng(seed), num_train_problems)
-    dataset, testbed_reward = _dataset_and_reward(task, problems, reward_timeout)
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        **no_activation_checkpointing(),
-        per_device_train_batch_size=prompts_per_step * num_generations,
-        num_generations=num_generations,
-        max_completion_length=cfg.max_new_tokens,
-        max_steps=max_steps,
-        learning_rate=learning_rate,
-        lr_scheduler_type="constant",
-        temperature=1.0,
-        beta=0.0,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=seed,
-        disable_tqdm=not progress,
-        replay_preset=preset,
-        **trl_replay_kwargs(replay_overrides or {}),
-    )
-    kwargs.update(trl_overrides or {})
-    args = ReplayGRPOConfig(**kwargs)
+    task = TestbedTask(cfg.testbed, tokenizer)
+    problems = task.sample_problems(np.random.default_rng(cfg.seed), TRAIN_PROBLEMS)
+    dataset, testbed_reward = _dataset_and_reward(task, problems, cfg.reward_timeout)
+    args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), **no_activation_checkpointing(), **trl_overrides})
+    out = Path(args.output_dir)  # cfg.run_dir, unless trl_overrides moved it
     trainer = ReplayGRPOTrainer(
         model=model, reward_funcs=testbed_reward, args=args, train_dataset=dataset, processing_class=tokenizer,
         callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    final = Path(output_dir) / "final"
-    trainer.save_model(str(final))
+    trainer.save_model(str(out / FINAL))
     result = {
-        "output_dir": str(output_dir),
+        "output_dir": str(out),
         "trainer": trainer,
         "log_history": trainer.state.log_history,
         "replay_history": [{k: v for k, v in h.items() if k != "replay_completion_ids"} for h in trainer.replay_history],
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / "trl_summary.json").write_text(
-        json.dumps({k: v for k, v in result.items() if k != "trainer"}, indent=1, default=str))
+    out.mkdir(parents=True, exist_ok=True)
+    kept = {k: v for k, v in result.items() if k != "trainer"}
+    (out / TRL_SUMMARY).write_text(json.dumps(kept, indent=1, default=str))
     return result
 
 
@@ -220,7 +161,7 @@ def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -
     back (TRL passes every dataset column to the reward function by name)."""
     from datasets import Dataset
 
-    from ..tasks.testbed import TestbedProblem
+    from ...tasks.testbed import TestbedProblem
 
     dataset = Dataset.from_dict(
         {
@@ -247,9 +188,9 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     import torch
     from datasets import Dataset
 
-    from ..integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-    from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
-    from .setup import build_policy
+    from ...integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+    from ..memory import card_bytes, check_step_memory, eval_chunk, model_shape
+    from ..setup import build_policy
 
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
@@ -271,21 +212,21 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return scorer(texts, [by_id[i] for i in problem_id])[0]
 
-    args = ReplayGRPOConfig(**{**trl_settings.trl_kwargs(cfg), "output_dir": str(run_dir),
+    args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), "output_dir": str(run_dir),
                                  "use_cpu": device.type == "cpu",
                                  **no_activation_checkpointing()})
     model.train()
     trainer = ReplayGRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=dataset,
-                                processing_class=tokenizer, callbacks=trl_settings.callbacks(cfg, held_out))
+                                processing_class=tokenizer, callbacks=settings.callbacks(cfg, held_out))
     resume = last_checkpoint(run_dir)
     start_evals(run_dir, resume, start)
     counts = reward_counts_callback(scorer, trainer.accelerator.process_index)
     trainer.add_callback(counts)
     counts.restore(resume)
     trainer.train(resume_from_checkpoint=resume)
-    trl_settings.raise_if_stopped(cfg, trainer)
-    trainer.save_model(str(Path(run_dir) / "final"))
-    (Path(run_dir) / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
+    settings.raise_if_stopped(cfg, trainer)
+    trainer.save_model(str(Path(run_dir) / FINAL))
+    (Path(run_dir) / LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1, default=str))
     return _finish(cfg, run_dir, held_out, trainer.model, start, resume, setup_info,
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)
 
@@ -299,7 +240,7 @@ def reward_counts_callback(scorer: RewardScorer, rank: int):
 
     class _RewardCounts(TrainerCallback):
         def on_save(self, args, state, control, **_: Any):  # after TRL wrote checkpoint-<step>
-            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            path = Path(args.output_dir) / trl_checkpoint_name(state.global_step)
             if path.is_dir():
                 (path / name).write_text(json.dumps(scorer.counts()))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import metric_names as mn
+from ... import metric_names as mn
 
 # built-in name <- TRL's log key, same unit (means over the step's generated rollouts / update tokens)
 RENAMED = {
@@ -56,7 +56,7 @@ def callback(run_dir: Path, rollouts_per_step: int):
     """A TrainerCallback appending `metrics_row` of every logged training step to run_dir/metrics.jsonl."""
     from transformers import TrainerCallback
 
-    from .rundir import RunDir
+    from ..rundir import RunDir
 
     run = RunDir(run_dir)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ConfigError
-from ..generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
-from .train_config import FIELDS, TrainConfig
+from ...errors import ConfigError
+from ...generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
+from ..train_config import FIELDS, TrainConfig
 
 AGGREGATION_TO_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "dr_grpo": "dr_grpo"}
 
@@ -117,7 +117,7 @@ def check(cfg: TrainConfig) -> None:
 
 def trl_share(cfg: TrainConfig):
     """The replay rows a step of this config trains on under TRL's split (`replay_share.realised_share`)."""
-    from ..replay_share import realised_share
+    from ...replay_share import realised_share
 
     rows = cfg.prompts_per_step * cfg.group_size
     return realised_share(rows, cfg.replay, rows // (cfg.micro_batch_size or rows))
@@ -147,7 +147,7 @@ def use_cpu(cfg: TrainConfig) -> bool:
 
 def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     """The `ReplayGRPOConfig` fields of the run (after `check`)."""
-    from ..integrations.trl.replay_grpo_config import trl_replay_kwargs
+    from ...integrations.trl.replay_grpo_config import trl_replay_kwargs
 
     rows = cfg.prompts_per_step * cfg.group_size
     micro = cfg.micro_batch_size or rows
@@ -235,16 +235,16 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
                 control.should_training_stop = True
                 control.should_save = True
 
-    from .trl_metrics import callback as metrics_log
+    from .metrics import callback as metrics_log
 
-    from .lr_schedule import trl_callback as warmup
+    from ..lr_schedule import trl_callback as warmup
 
     return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size),
             warmup(cfg.lr_warmup_steps)]
 
 
 def raise_if_stopped(cfg: TrainConfig, trainer) -> None:
-    from .stopping import TrainingStopped
+    from ..stopping import TrainingStopped
 
     guard = next((c for c in trainer.callback_handler.callbacks if type(c).__name__ == "NonFiniteGuard"), None)
     if guard is not None and guard.stopped_at is not None:
@@ -255,6 +255,6 @@ def raise_if_stopped(cfg: TrainConfig, trainer) -> None:
 
 
 def append_eval(run_dir: Path, step: int, cfg: TrainConfig, row: dict[str, Any]) -> None:
-    from .rundir import RunDir
+    from ..rundir import RunDir
 
     RunDir(run_dir).log_eval({"step": step, "generated": step * cfg.prompts_per_step * cfg.group_size, **row})
