@@ -104,3 +104,30 @@ def test_a_failure_and_a_spent_budget_are_reported_with_why(tmp_path, monkeypatc
     assert gpu_check.main(["--out", str(out), "--device", "cpu", "--tiny", "--only", "memory,trl", "--budget", "-1"]) == 0
     doc = _check_reports(out)
     assert all(c["status"] == "skipped" and "time budget" in c["why"] for c in doc["checks"])
+
+
+def test_the_documented_commands_are_accepted(tmp_path):
+    """docs/gpu.md's and the script's own usage lines parse: OUT first, then the module's flags."""
+    import shlex
+
+    lines = [ln.split("#")[0] for ln in (ROOT / "docs/gpu.md").read_text().splitlines()
+             if ln.startswith("bash scripts/gpu_check.sh")]
+    lines.append("bash scripts/gpu_check.sh OUT --device cpu --tiny")  # the script's header: the dry run
+    assert len(lines) >= 2
+    for line in lines:
+        args = shlex.split(line)[2:]
+        out, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else ("runs/x", args)
+        a = gpu_check.parse(["--out", str(tmp_path / out), *rest])
+        assert a.only == CHECKS or a.tiny
+
+
+def test_the_trl_check_fails_when_no_replay_row_reaches_the_loss(tmp_path, monkeypatch):
+    """With a warm-up as long as the run, nothing is replayed: the check must say so instead of passing."""
+    import torch
+
+    from grpo_replay.preflight.gpu_check import trl_replay
+    from grpo_replay.preflight.gpu_check.report import run_check
+
+    monkeypatch.setattr(trl_replay, "WARMUP_STEPS", 2)
+    res = run_check("trl", "t", lambda r: trl_replay.check(r, tmp_path / "trl", torch.device("cpu")))
+    assert res.status == "failed" and res.why.startswith("no replay row reached the loss (0 flagged rows"), res.why

@@ -17,6 +17,7 @@ from ... import metric_names as mn
 from .report import Result
 
 CHARS = "abcdefgh0123456789+="
+WARMUP_STEPS = 1  # replay from step 2 of 2 on
 
 
 def tokenizer():
@@ -56,7 +57,7 @@ def check(res: Result, out: Path, device: torch.device) -> None:
     args = ReplayGRPOConfig(
         output_dir=str(out), use_cpu=not cuda, bf16=cuda, **no_activation_checkpointing(), per_device_train_batch_size=4,
         num_generations=4, max_completion_length=8, max_steps=2, learning_rate=1e-2, report_to="none",
-        save_strategy="no", logging_steps=1, seed=0, replay_preset="paper", replay_warmup_steps=1,
+        save_strategy="no", logging_steps=1, seed=0, replay_preset="paper", replay_warmup_steps=WARMUP_STEPS,
         dataloader_num_workers=0, disable_tqdm=True)
     prompts = ["".join(CHARS[(i * 7 + j * 3) % 8] for j in range(2 + i % 3)) + "=" for i in range(32)]
     trainer = ReplayGRPOTrainer(model=tiny_qwen3(), reward_funcs=reward, args=args,
@@ -86,4 +87,4 @@ def check(res: Result, out: Path, device: torch.device) -> None:
     elif not reached["replay"] or not any(x > 0 for x in logged):
         res.status = "failed"
         res.why = (f"no replay row reached the loss ({reached['replay']} flagged rows in TRL's loss inputs, logged "
-                   f"{mn.REPLAY_COUNT} {logged}) after a warm-up of 1 step")
+                   f"{mn.REPLAY_COUNT} {logged}) after a warm-up of {WARMUP_STEPS} step(s)")
