@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm", action="store_true", help="add the vllm extra (several hundred MB; needs the stack's torch "
                    "to be one a vLLM release in the extra's range pins)")
     a = p.parse_args(argv)
-    stack = [Requirement(s) for s in a.stack.split()]
+    try:
+        stack = [Requirement(s) for s in a.stack.split()]
+    except ValueError as e:  # packaging's InvalidRequirement
+        p.error(f"--stack '{a.stack}': {e}; it takes pins such as torch==2.11.0, space-separated")
     pins = {canonicalize_name(r.name): r for r in stack}
     torch_pin = pins.get("torch")
     if torch_pin is None or not str(torch_pin.specifier).startswith("=="):

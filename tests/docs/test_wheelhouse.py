@@ -50,6 +50,8 @@ def test_build_refuses_bad_arguments_before_any_download(tmp_path):
     script = ROOT / "scripts/build_wheelhouse.py"
     bad = _run([sys.executable, script, tmp_path / "w", "--stack", "transformers==5.17.0"], timeout=60)
     assert bad.returncode == 2 and "--stack must pin torch exactly" in bad.stderr
+    bad = _run([sys.executable, script, tmp_path / "w", "--stack", "torch==2.11.0 bad!!"], timeout=60)
+    assert bad.returncode == 2 and "it takes pins such as torch==2.11.0" in bad.stderr
     bad = _run([sys.executable, script, tmp_path / "w", "--python-version", "3"], timeout=60)
     assert bad.returncode == 2 and "--python-version takes major.minor" in bad.stderr
     (tmp_path / "full").mkdir()
