@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The first command to run on a GPU machine: every GPU path of the project for a few steps, one line per path.
+# The second command on a GPU machine, after scripts/gpu_check.sh (offline, the installed torch; docs/gpu.md): every GPU
+# path of the project for a few steps, one line per path.
 # The builtin, trl, trl-async and verl paths first run `grpo-replay preflight` on their own launch (NAME-preflight
 # line; a refusal skips the path, before any GPU time), then the launch: each recipe's launcher at one GPU's size,
 # then a NAME-share line: scripts/check_replay_share.py on the run's per-step metrics against the paper preset's
