@@ -21,6 +21,9 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then OUT=$1; shift; fi
 PY=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
   TOKENIZERS_PARALLELISM=false
+# One GPU (the first, unless chosen; the module does the same): transformers' Trainer spreads an unlaunched run over
+# every visible GPU.
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 if ! "$PY" -c 'import grpo_replay' 2>/dev/null; then
   export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 fi

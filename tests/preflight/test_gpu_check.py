@@ -21,8 +21,9 @@ CHECKS = ["testbed", "memory", "scoring", "trl", "vllm"]
 @pytest.fixture(autouse=True)
 def _restore_offline_switches(monkeypatch):
     """main() turns the hub off in its own process's environment; a test's in-process call must not leave it so."""
-    for k in gpu_check.OFFLINE:
-        monkeypatch.delenv(k, raising=False)
+    for k in (*gpu_check.OFFLINE, "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.setenv(k, os.environ.get(k, ""))  # restored, or removed, after the test
+        monkeypatch.delenv(k)
 
 
 def _env() -> dict:
@@ -60,7 +61,7 @@ def test_the_dry_run_runs_every_check_at_toy_shapes(tmp_path):
     assert by["vllm"]["status"] == "skipped" and "not installed" in by["vllm"]["why"]  # the suite has no vLLM
     assert by["testbed"]["figures"]["steps"] == 2 and (out / "testbed" / "summary.json").is_file()
     phases = [r["phase"] for r in by["memory"]["rows"]]
-    assert phases[:2] == ["weights", "scoring"] and len(phases) == 5
+    assert phases[:2] == ["weights", "scoring"] and len(phases) == 6
     assert all(r["preflight GiB"] > 0 and r["measured GiB"] is None for r in by["memory"]["rows"])  # CPU: no peak
     assert any("not measured on a CPU" in n for n in by["memory"]["notes"])
     replayed = by["trl"]["figures"]["rows reaching the loss (replayed among them)"]
@@ -99,7 +100,8 @@ def test_a_failure_and_a_spent_budget_are_reported_with_why(tmp_path, monkeypatc
     assert gpu_check.main(["--out", str(out), "--device", "cpu", "--tiny", "--only", "trl,vllm"]) == 3
     doc = _check_reports(out)
     assert [(c["name"], c["status"]) for c in doc["checks"]] == [("trl", "failed"), ("vllm", "skipped")]
-    assert doc["checks"][0]["why"] == "RuntimeError: the trainer fell over"
+    assert doc["checks"][0]["why"] == f"RuntimeError: the trainer fell over (traceback: {out / 'trl-traceback.txt'})"
+    assert "the trainer fell over" in (out / "trl-traceback.txt").read_text()
     out = tmp_path / "budget"
     assert gpu_check.main(["--out", str(out), "--device", "cpu", "--tiny", "--only", "memory,trl", "--budget", "-1"]) == 0
     doc = _check_reports(out)

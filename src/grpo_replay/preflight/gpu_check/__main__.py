@@ -49,7 +49,8 @@ def header(device) -> dict:
 
     h = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": str(device), "torch": torch.__version__,
          "cuda": torch.version.cuda, "python": platform.python_version(), "host": platform.node(),
-         "offline": ", ".join(f"{k}={os.environ.get(k)}" for k in OFFLINE)}
+         "offline": ", ".join(f"{k}={os.environ.get(k)}" for k in OFFLINE),
+         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset: every GPU)")}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         h.update(device_name=props.name, device_memory_GiB=round(props.total_memory / 2**30, 1))
@@ -82,6 +83,8 @@ def vllm_result():
 
 def main(argv=None) -> int:
     os.environ.update(OFFLINE)  # before transformers or datasets are imported: nothing is downloaded
+    # One GPU, before CUDA starts: transformers' Trainer spreads an unlaunched run over every visible GPU.
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
     a = parse(argv)
     import torch
 
@@ -117,7 +120,7 @@ def main(argv=None) -> int:
             res = skipped(name, steps[name][0], f"the time budget (--budget {a.budget:.0f} s) was spent after "
                           f"{spent:.0f} s; run it alone with --only {name}")
         else:
-            res = run_check(name, steps[name][0], steps[name][1])
+            res = run_check(name, steps[name][0], steps[name][1], a.out)
         results.append(res)
         print(f"gpu_check {name:8s} {res.status:7s} {res.seconds:7.1f}s  {res.why}", flush=True)
         write(a.out, head, results)  # a report after every check: an interrupted check leaves the earlier ones

@@ -11,6 +11,7 @@ allocated at its start subtracted, so each figure is what the phase adds on top 
   update 1    `update()`: forward, backward, AdamW's first step, which creates its moments (estimate: update + adamw)
   moments     what update 1 left resident (estimate: adamw, 8 bytes per parameter)
   update 2    `update()` again, moments resident (estimate: the update phase)
+  the step    the highest peak of all of these, weights included (estimate: the preflight's total without vLLM's share)
 Generation is not measured: the recipe generates in vLLM, inside vLLM's share of the card, which this check does not
 start. On a CPU (the dry run) the steps run and no peak is measured (torch's allocator statistics are CUDA's).
 """
@@ -73,8 +74,10 @@ def make_batch(rows: int, prompt: int, completion: int, vocab: int):
         group_ids=torch.zeros(rows, dtype=torch.long), group_std=torch.ones(rows), step=0)
 
 
-def measured(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, Optional[int], Optional[int]]:
-    """(fn's value, peak bytes above the start, bytes left resident above the start); None, None on a CPU."""
+def measured(device: torch.device, fn: Callable[[], Any], top: Optional[list] = None
+             ) -> tuple[Any, Optional[int], Optional[int]]:
+    """(fn's value, peak bytes above the start, bytes left resident above the start); None, None on a CPU. `top`
+    (a one-element list) keeps the highest absolute peak seen."""
     if device.type != "cuda":
         return fn(), None, None
     torch.cuda.synchronize(device)
@@ -82,7 +85,10 @@ def measured(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, Optional
     torch.cuda.reset_peak_memory_stats(device)
     value = fn()
     torch.cuda.synchronize(device)
-    return value, torch.cuda.max_memory_allocated(device) - start, torch.cuda.memory_allocated(device) - start
+    peak = torch.cuda.max_memory_allocated(device)
+    if top is not None:
+        top[0] = max(top[0], peak)
+    return value, peak - start, torch.cuda.memory_allocated(device) - start
 
 
 def _row(size: str, phase: str, got: Optional[int], estimate: int) -> dict[str, Any]:
@@ -121,15 +127,19 @@ def check_memory(res: Result, device: torch.device, sizes: list[str], tiny: bool
                 return token_logps(model, *(t.to(device) for t in (batch.prompt_ids, batch.prompt_mask,
                                                                   batch.completion_ids, batch.completion_mask)))
 
-        _, scoring, _ = measured(device, score)
-        out1, first, moments = measured(device, lambda: update(model, opt, sched, batch, loss_cfg, cfg))
-        out2, second, _ = measured(device, lambda: update(model, opt, sched, batch, loss_cfg, cfg))
+        top = [0]
+        _, scoring, _ = measured(device, score, top)
+        out1, first, moments = measured(device, lambda: update(model, opt, sched, batch, loss_cfg, cfg), top)
+        out2, second, _ = measured(device, lambda: update(model, opt, sched, batch, loss_cfg, cfg), top)
         if not (out1["finite"] and out2["finite"]):
             raise RuntimeError(f"{size}: a non-finite loss in the update ({out1['loss']}, {out2['loss']})")
         res.rows += [_row(size, "weights", weights, 4 * shape.params), _row(size, "scoring", scoring, ph.scoring),
                      _row(size, "update 1 (AdamW's moments created)", first, ph.update + ph.adamw),
                      _row(size, "moments (resident after update 1)", moments, ph.adamw),
-                     _row(size, "update 2", second, ph.update)]
+                     _row(size, "update 2", second, ph.update),
+                     # the step's whole peak (weights included) beside the preflight's total less vLLM's share
+                     _row(size, "the step (weights + AdamW + largest phase)", top[0] if device.type == "cuda" else None,
+                          4 * shape.params + ph.need - ph.vllm)]
         res.figures[f"{size}: parameters (built / preflight's count)"] = f"{params:,} / {shape.params:,}"
         res.figures[f"{size}: losses of the two updates"] = f"{out1['loss']:.4g}, {out2['loss']:.4g}"
         if not tiny:

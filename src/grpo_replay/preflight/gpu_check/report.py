@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -26,14 +27,19 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-def run_check(name: str, title: str, fn: Callable[[Result], None]) -> Result:
-    """Run `fn(result)`, timing it; an exception is a failure whose message (type and text) becomes `why`."""
+def run_check(name: str, title: str, fn: Callable[[Result], None], out: Optional[Path] = None) -> Result:
+    """Run `fn(result)`, timing it; an exception is a failure whose message (type and text) becomes `why`, its
+    traceback written to OUT/NAME-traceback.txt when `out` is given."""
     res = Result(name, title)
     t0 = time.perf_counter()
     try:
         fn(res)
     except Exception as e:  # a check's failure is reported, the next check still runs
         res.status, res.why = "failed", f"{type(e).__name__}: {str(e).strip()[:2000]}"
+        if out is not None:
+            path = out / f"{name}-traceback.txt"
+            path.write_text(traceback.format_exc())
+            res.why += f" (traceback: {path})"
     res.seconds = round(time.perf_counter() - t0, 2)
     return res
 
