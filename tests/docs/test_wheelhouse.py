@@ -21,6 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_HF = ("transformers==5.17.0", "accelerate==1.13.0")
+NETWORK_ERRORS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
+                  "Network is unreachable", "Connection refused", "Read timed out")
 
 
 def _torch_pin() -> str:
@@ -70,7 +72,10 @@ def test_wheelhouse_installs_offline_over_the_stack_and_trains(tmp_path):
     py_version = f"{sys.version_info.major}.{sys.version_info.minor}"
     build = _run([sys.executable, ROOT / "scripts/build_wheelhouse.py", house, "--python-version", py_version,
                   "--stack", " ".join([_torch_pin(), *STACK_HF])])
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    said = build.stdout + build.stderr
+    if build.returncode != 0 and any(m in said for m in NETWORK_ERRORS):
+        pytest.skip(f"the package registry stopped answering during the build: {said.strip()[-300:]}")
+    assert build.returncode == 0, said[-6000:]
     manifest = json.loads((house / "manifest.json").read_text())
     names = {f.split("-")[0].lower() for f in manifest["files"]}
     assert {"grpo_replay", "trl", "datasets", "math_verify"} <= names, names
