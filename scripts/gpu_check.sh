@@ -8,9 +8,9 @@
 #   scoring  the chunked log-prob scoring's peak beside its estimate
 #   trl      ReplayGRPOTrainer for 2 steps with a tiny random Qwen3 and transformers generation, replay rows in the loss
 #   vllm     not started; the report says whether it is installed
-# About 8 minutes at most on one H100 / H200 (a time budget skips what is left, saying so). The checks are
-# grpo_replay.preflight.gpu_check (`python -m grpo_replay.preflight.gpu_check --help`); this script picks the Python
-# and, when that Python has no grpo_replay installed, this checkout's src/.
+# Meant to finish within 8 minutes on one H100 / H200 (a time budget skips what is left, saying so; not yet timed on
+# a GPU). The checks are grpo_replay.preflight.gpu_check (`python -m grpo_replay.preflight.gpu_check --help`); this
+# script picks the Python and, when that Python has no grpo_replay installed, this checkout's src/.
 # Usage: bash scripts/gpu_check.sh [OUT_DIR] [MODULE ARGS...]; env PYTHON (default python3). On a CPU machine the dry
 # run is `bash scripts/gpu_check.sh OUT --device cpu --tiny`.
 # Exit: 0 every check passed or was skipped; 3 a check failed; 2 refused before any check (no CUDA device, bad args).
