@@ -2,13 +2,15 @@
 
 The script is run by bash as the user would run it, with a `python` first on PATH that records the arguments of
 `python -m grpo_replay.integrations.verl.main` instead of starting verl (any other python call runs the real one):
-so the overrides are exactly what the script passes, after its own variables and arithmetic. Where verl is
-installed (the verl environment), the config is also composed by Hydra as the entry point composes it and put
-through the entry point's own `check_config`; elsewhere the report reads the overrides and the replay preset.
+so the overrides are exactly what the script passes, after its own variables and arithmetic. Nothing of the
+script is left running: it runs in a process group of its own, killed when the script ends or runs past the time
+limit. Where verl is installed (the verl environment), the config is composed and put through the entry point's
+own checks (`verl_config`); elsewhere the report reads the overrides and the replay preset.
 """
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ from .host import Host, check_stack
 from .report import Report
 from .shapes import model_shape
 from .train_run import GIB, target_cards
+from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, values
 
 ENTRY = "grpo_replay.integrations.verl.main"
 SHIM = """#!/usr/bin/env bash
@@ -29,43 +32,60 @@ if [ "$1" = "-m" ] && [ "$2" = "{entry}" ]; then
 fi
 exec "{python}" "$@"
 """
-# verl 0.9.1's defaults for the keys the report reads when the launch does not set them (its ppo_trainer.yaml).
-VERL_DEFAULTS = {"data.seed": "null", "actor_rollout_ref.rollout.seed": "42", "trainer.resume_mode": "auto",
-                 "trainer.project_name": "verl_examples", "trainer.default_local_dir":
-                 "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "trainer.nnodes": "1"}
 
 
 def captured_overrides(launch: list[str], timeout: float = 60) -> list[str]:
     """The arguments the launcher passes to the verl entry point (`launch`: optional VAR=VALUE words, then
-    `bash SCRIPT [args]`)."""
+    `bash SCRIPT [args]`). UsageError when it does not reach the entry point, or not within `timeout` seconds."""
+    from ..errors import UsageError
+
     env = dict(os.environ)
     words = list(launch)
     while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=")[0].isidentifier():
         key, value = words.pop(0).split("=", 1)
         env[key] = value
+    script = " ".join(words[:2])
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("python", "python3"):
             shim = Path(tmp) / name
             shim.write_text(SHIM.format(entry=ENTRY, python=sys.executable))
             shim.chmod(0o755)
-        capture = Path(tmp) / "argv"
+        capture, log = Path(tmp) / "argv", Path(tmp) / "log"
         env.update(PATH=f"{tmp}:{env.get('PATH', '')}", GRPO_REPLAY_PREFLIGHT_CAPTURE=str(capture))
-        proc = subprocess.run(words, env=env, capture_output=True, text=True, timeout=timeout)
+        code = _run_alone(words, env, log, timeout, script)
+        if code is None:
+            raise UsageError(f"{script}: did not reach `python -m {ENTRY}` within {timeout:g} s (stopped, with "
+                             "everything it started); allowed: a launcher that calls the entry point without waiting "
+                             "first (a download, a GPU check or a server before it holds the preflight)")
         if not capture.exists():
-            from ..errors import UsageError
-
-            raise UsageError(f"{' '.join(words[:2])} did not reach `python -m {ENTRY}` (exit {proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+            raise UsageError(f"{script} did not reach `python -m {ENTRY}` (exit {code}): "
+                             f"{log.read_text(errors='replace').strip()[-500:]}")
         return [a for a in capture.read_text().split("\0") if a]
 
 
-def overrides_dict(overrides: list[str]) -> dict[str, str]:
-    """Hydra `key=value` overrides (`+key=` / `++key=` too; a later one wins, as in Hydra)."""
-    out = {}
-    for o in overrides:
-        key, _, value = o.partition("=")
-        out[key.lstrip("+")] = value.strip("'\"")
-    return out
+def _run_alone(words: list[str], env: dict, log: Path, timeout: float, script: str) -> Optional[int]:
+    """Run the launcher in a process group of its own, its output to `log` (a file, not a pipe, which a
+    background child would hold open); its exit status, or None past `timeout`. Either way the whole group is
+    stopped after it: nothing the script started keeps running."""
+    from ..errors import UsageError
+
+    try:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(words, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+    except OSError as e:
+        raise UsageError(f"{script}: cannot run it ({e.strerror or e}); allowed: a launcher that exists, e.g. "
+                         "bash examples/verl/run_paper_single_node.sh") from None
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
 
 
 def check_verl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
@@ -76,51 +96,25 @@ def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[
     """The report of the verl entry point called with `overrides`."""
     report = Report(launch)
     ov = overrides_dict(overrides)
-    config = _compose(ov, report)
-
-    def get(key):  # the composed config's value where verl is installed, else the override or verl's default
-        if config is not None:
-            from omegaconf import OmegaConf
-
-            return str(OmegaConf.select(config, key))
-        return ov.get(key, VERL_DEFAULTS.get(key))
-    nodes, per_node = int(get("trainer.nnodes")), int(ov.get("trainer.n_gpus_per_node", 8))
+    config = compose(overrides)
+    get = values(config, ov)
+    nodes, per_node = int(get("trainer.nnodes")), int(get("trainer.n_gpus_per_node"))
     check_stack(host, "verl", True, per_node, report)
     report.add("processes", f"{nodes} node(s) x {per_node} GPU(s) (trainer.nnodes, trainer.n_gpus_per_node)")
     _check_share(ov, nodes * per_node, report)
     _check_memory(ov, nodes * per_node, host, gpu_memory, report)
-    _check_seeds(ov, get, report)
-    _check_folder(ov, get, report)
-    for key in ("data.train_files", "data.val_files"):
-        if key in ov:
-            there = Path(ov[key]).exists()
-            report.add("data", f"{key}: {ov[key]} ({'there' if there else 'MISSING'})")
-            if not there:
-                report.refuse(key, f"{ov[key]} does not exist", "DATA=<folder with train.parquet and test.parquet> "
-                              "(verl's examples/data_preprocess/math_dataset.py writes them)")
+    if config is None:
+        Overrides(ov).check(report)
+    else:
+        report.add("seeds", ", ".join(f"{k}={get(k)}" for k in SEEDS))
+        for key in ("data.train_files", "data.val_files"):
+            report.add("data", f"{key}: {', '.join(hydra_list(get(key) or 'unset'))}")
+        entry_point_checks(config, report)
+    _check_folder_names_run(get, report)
     return report
 
 
-def _compose(ov: dict, report: Report):
-    """Hydra's composition and the entry point's own check, where verl is installed: the config, or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("verl") is None:
-        report.add("config", "verl is not installed here: the overrides are read as the launcher passes them; run "
-                             "the preflight in the verl environment for the entry point's own config check")
-        return None
-    from hydra import compose, initialize_config_module
-
-    from ..integrations.verl.main import check_config
-
-    with initialize_config_module("grpo_replay.integrations.verl.config", version_base=None):
-        config = compose("replay_ppo_trainer", overrides=[f"{k}={v}" for k, v in ov.items()])
-    try:
-        check_config(config)
-        report.add("config", "composed by Hydra and accepted by the entry point's check_config")
-    except ValueError as e:
-        report.refuse_error(e)
-    return config
+SEEDS = ("replay.seed", "data.seed", "actor_rollout_ref.rollout.seed", "actor_rollout_ref.actor.data_loader_seed")
 
 
 def _replay_config(ov: dict):
@@ -192,29 +186,12 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
                 "not fit", "fewer tokens per GPU, gradient checkpointing, or a lower rollout.gpu_memory_utilization")
 
 
-def _check_seeds(ov: dict, get, report: Report) -> None:
-    seeds = {k: get(k) for k in ("replay.seed", "data.seed", "actor_rollout_ref.rollout.seed")}
-    if seeds["replay.seed"] in (None, "None"):  # not composed: the replay group's own default
-        seeds["replay.seed"] = ov.get("replay.seed", 0)
-    report.add("seeds", ", ".join(f"{k}={v}" for k, v in seeds.items()))
-    if "replay.seed" in ov and str(get("data.seed")) in ("null", "None", ""):
-        report.refuse("data.seed", "the launch sets replay.seed but not data.seed: every seed sees one prompt order "
-                      f"and rollout seed {get('actor_rollout_ref.rollout.seed')}, so seeds repeat one run",
-                      "set data.seed and actor_rollout_ref.rollout.seed with replay.seed (one value per seed)")
-
-
-def _check_folder(ov: dict, get, report: Report) -> None:
+def _check_folder_names_run(get, report: Report) -> None:
+    """A checkpoint folder that does not name its run is shared by every arm and seed launched with it."""
     exp = get("trainer.experiment_name") or ""
     folder = str(get("trainer.default_local_dir")).replace("${trainer.project_name}", str(get("trainer.project_name")))
     folder = folder.replace("${trainer.experiment_name}", exp)
-    steps = sorted((p for p in Path(folder).glob("global_step_*") if p.name.split("_")[-1].isdigit()),
-                   key=lambda p: int(p.name.split("_")[-1]))
-    resume = get("trainer.resume_mode")
     if exp and exp not in folder:
         report.refuse("trainer.default_local_dir", f"{folder} does not name the run (experiment {exp}): every arm and "
-                      f"seed launched with it shares the folder, and resume_mode={resume} loads the latest "
-                      "global_step_* another run wrote", "a folder per run, e.g. .../$EXP")
-    if steps and resume == "auto":
-        report.add("checkpoints", f"{folder}: RESUMES from {steps[-1].name} (resume_mode auto)")
-    else:
-        report.add("checkpoints", f"{folder}: new run")
+                      f"seed launched with it shares the folder, and resume_mode={get('trainer.resume_mode')} loads "
+                      "the latest global_step_* another run wrote", "a folder per run, e.g. .../$EXP")
