@@ -39,15 +39,31 @@ def hydra_list(value: str) -> list[str]:
 
 
 def compose(overrides: list[str]):
-    """verl's config as the entry point composes it, or None where verl is not installed here."""
+    """verl's config as the entry point composes it, or None where verl is not installed here; ValueError naming
+    the override when Hydra cannot compose it."""
     import importlib.util
 
     if importlib.util.find_spec("verl") is None or importlib.util.find_spec("hydra") is None:
         return None
     from hydra import compose as hydra_compose, initialize_config_module
+    from hydra.errors import HydraException
 
-    with initialize_config_module("grpo_replay.integrations.verl.config", version_base=None):
-        return hydra_compose("replay_ppo_trainer", overrides=list(overrides))
+    try:
+        with initialize_config_module("grpo_replay.integrations.verl.config", version_base=None):
+            return hydra_compose("replay_ppo_trainer", overrides=list(overrides))
+    except HydraException as e:  # what the entry point's Hydra would stop on, before any check
+        lines = str(e).splitlines()
+        key = re.search(r"'([\w.+/]+)'", lines[0])
+        field = key.group(1).split("/")[0] if key else "launch"
+        if field.startswith("replay."):
+            from ..integrations.verl.settings import CONFIG_FIELDS, SETTINGS_FIELDS
+
+            allowed = "the replay group's keys: " + ", ".join(f"replay.{k}" for k in CONFIG_FIELDS + SETTINGS_FIELDS)
+        else:
+            allowed = ("the keys of verl's ppo_trainer config and the replay group (replay=paper|grpo|uniform_pool|"
+                       "sigma_pool), in Hydra's override syntax")
+        raise ValueError(f"{field}: Hydra cannot compose the launch ({' '.join(lines[:2])}); allowed: {allowed}") \
+            from None
 
 
 def refuse(report: Report, error: Exception) -> None:
@@ -57,9 +73,10 @@ def refuse(report: Report, error: Exception) -> None:
     unknown = re.match(r"unknown replay config keys \['([\w.]+)'", message)
     key = re.match(r"([A-Za-z_][\w.]*)", message)
     field = f"replay.{unknown.group(1)}" if unknown else key.group(1) if key else "launch"
-    field = re.sub(r"^ReplayConfig\.", "replay.", field)
+    field = re.sub(r"^ReplayConfig\.", "replay.", field).rstrip(".")
     problem, _, fix = message.partition("; allowed: ")
-    report.refuse(field, problem, fix or "see the problem")
+    if not any((r.field, r.problem) == (field, problem) for r in report.refusals):  # several checks read one key
+        report.refuse(field, problem, fix or "see the problem")
 
 
 def entry_point_checks(config, report: Report) -> None:

@@ -23,7 +23,7 @@ from .host import Host, check_stack
 from .report import Report
 from .shapes import model_shape
 from .train_run import GIB, target_cards
-from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, values
+from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, refuse, values
 
 ENTRY = "grpo_replay.integrations.verl.main"
 SHIM = """#!/usr/bin/env bash
@@ -96,7 +96,11 @@ def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[
     """The report of the verl entry point called with `overrides`."""
     report = Report(launch)
     ov = overrides_dict(overrides)
-    config = compose(overrides)
+    try:
+        config = compose(overrides)
+    except ValueError as e:
+        refuse(report, e)
+        return report
     get = values(config, ov)
     nodes, per_node = int(get("trainer.nnodes")), int(get("trainer.n_gpus_per_node"))
     check_stack(host, "verl", True, per_node, report)
@@ -124,6 +128,11 @@ def _replay_config(ov: dict):
 
     preset = ov.get("replay", "paper")
     path = Path(__file__).resolve().parents[1] / "integrations" / "verl" / "config" / "replay" / f"{preset}.yaml"
+    if not path.is_file():
+        from ..errors import UsageError
+
+        presets = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise UsageError(f"replay={preset} is not a preset of the replay group; allowed: {', '.join(presets)}")
     values = yaml.safe_load(path.read_text())
     fields = set(ReplayConfig.__dataclass_fields__) - {"seed"}
     values.update({k.split(".", 1)[1]: yaml.safe_load(v) for k, v in ov.items() if k.startswith("replay.")})
@@ -139,7 +148,7 @@ def _check_share(ov: dict, gpus: int, report: Report):
         cfg, values = _replay_config(ov)
     except UsageError as e:
         if not any(r.field.startswith("ReplayConfig") or "replay" in r.field for r in report.refusals):
-            report.refuse_error(e)
+            refuse(report, e)
         return None
     n = int(ov.get("actor_rollout_ref.rollout.n", 1))
     rows = int(ov.get("data.train_batch_size", 0)) * n

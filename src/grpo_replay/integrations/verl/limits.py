@@ -60,25 +60,45 @@ def check_limits(config: Any) -> None:
             (f"{ROLLOUT}.log_prob_use_dynamic_bsz", f"{ROLLOUT}.log_prob_max_token_len_per_gpu")]
     if _get(config, "algorithm.use_kl_in_reward", False) or _get(config, f"{ACTOR}.use_kl_loss", False):
         caps.append((f"{REF}.log_prob_use_dynamic_bsz", f"{REF}.log_prob_max_token_len_per_gpu"))
-    for switch, key in caps:
-        cap = _get(config, key)
-        if _get(config, switch, False) and cap is not None and int(cap) * _sp(config) < longest:
-            raise ValueError(
-                f"{key}={cap} (x Ulysses size {_sp(config)}) is below {lengths} = {longest}: with {switch}=true "
-                f"verl asserts that a micro-batch holds the longest sequence, and stops at the first answer that "
-                f"long; allowed: {key} >= {-(-longest // _sp(config))}")
+    short = [(key, _get(config, key)) for switch, key in caps if _get(config, switch, False)
+             and _get(config, key) is not None and int(_get(config, key)) * _sp(config) < longest]
+    if short:
+        raise ValueError(
+            f"{' and '.join(f'{k}={v}' for k, v in short)} (x Ulysses size {_sp(config)}) below {lengths} = "
+            f"{longest}: with dynamic batch sizes verl asserts that a micro-batch holds the longest sequence, and "
+            f"stops at the first answer that long; allowed: {' and '.join(k for k, _ in short)} >= "
+            f"{-(-longest // _sp(config))}")
     if not dynamic:
         _check_static(config)
+    _check_separate_async(config)
+    check_batch_unit(config)
+
+
+def _check_separate_async(config: Any) -> None:
+    """verl's separate_async trainer asserts, when it starts, that a step's batch is parameter_sync_step
+    mini-batches."""
+    if not _get(config, "trainer.use_v1", True) or _get(config, "trainer.v1.trainer_mode") != "separate_async":
+        return
+    key = "trainer.v1.separate_async.parameter_sync_step"
+    steps, mini = int(_get(config, key, 1)), int(_get(config, f"{ACTOR}.ppo_mini_batch_size"))
+    prompts = int(_get(config, "data.train_batch_size"))
+    if prompts != steps * mini:
+        raise ValueError(
+            f"{key}={steps}: data.train_batch_size={prompts} is not parameter_sync_step x {ACTOR}."
+            f"ppo_mini_batch_size = {steps} x {mini}, which verl's separate_async trainer asserts when it starts; "
+            f"allowed: a parameter_sync_step that divides train_batch_size, with ppo_mini_batch_size = "
+            f"train_batch_size / parameter_sync_step (the launchers: PROMPTS a multiple of SYNC_STEPS)")
 
 
 def _check_static(config: Any) -> None:
     """Static micro-batches: both sizes set, and a GPU's share of a mini-batch a whole number of them."""
-    for key in (f"{ACTOR}.ppo_micro_batch_size_per_gpu", f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu"):
-        if _get(config, key) is None and _get(config, key.replace("_per_gpu", "")) is None:
-            raise ValueError(
-                f"{key} is unset with {ACTOR}.use_dynamic_bsz=false: verl's worker asserts it is set; allowed: "
-                f"rows per micro-batch (e.g. {key}=4), or {ACTOR}.use_dynamic_bsz=true with a token cap")
-    check_batch_unit(config)
+    unset = [key for key in (f"{ACTOR}.ppo_micro_batch_size_per_gpu", f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu")
+             if _get(config, key) is None and _get(config, key.replace("_per_gpu", "")) is None]
+    if unset:
+        raise ValueError(
+            f"{unset[0]} is unset with {ACTOR}.use_dynamic_bsz=false: verl's worker asserts that "
+            f"{' and '.join(unset)} are set; allowed: rows per micro-batch for each (e.g. "
+            f"{' '.join(k + '=4' for k in unset)}), or {ACTOR}.use_dynamic_bsz=true with a token cap")
 
 
 def check_batch_unit(config: Any) -> None:
@@ -99,7 +119,10 @@ def check_batch_unit(config: Any) -> None:
     try:
         batch_unit(rows, mini * n, dp, micro, n, keep)
     except ValueError as e:
+        key = f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro}" if micro > 1 else f"{ACTOR}.ppo_mini_batch_size={mini}"
         raise ValueError(
-            f"{ACTOR}.ppo_mini_batch_size={mini}: {e} ({dp} data-parallel GPUs, data.train_batch_size x rollout.n = "
-            f"{rows} rows); verl's worker asserts it at the first update; allowed: a mini-batch that divides the "
-            f"batch and whose {mini * n} rows split over the GPUs into micro-batches of {micro} rows") from None
+            f"{key}: {e}, over trainer.n_gpus_per_node x trainer.nnodes / Ulysses size = {dp} data-parallel GPUs "
+            f"(data.train_batch_size x rollout.n = {rows} rows a step); the update cannot split it, and verl's "
+            f"worker asserts at the first update; allowed: ppo_mini_batch_size x rollout.n = {mini * n} rows that "
+            f"divide the step's rows and split over the {dp} GPUs into micro-batches of {micro} row(s) (e.g. "
+            f"fewer rows per micro-batch, or GPUs that divide the mini-batch)") from None
