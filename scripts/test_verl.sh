@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_verl.sh
 VENV=${VERL_VENV:-.venv-verl}
 export HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning}
-exec "$VENV/bin/python" -m pytest tests/integrations/verl_integration tests/preflight/test_corpus_verl.py -q -p no:cacheprovider \
-  -o asyncio_default_fixture_loop_scope=function "$@"
+exec "$VENV/bin/python" -m pytest tests/integrations/verl_integration tests/preflight/test_corpus_verl.py -q \
+  -p no:cacheprovider -o asyncio_default_fixture_loop_scope=function "$@"
