@@ -12,7 +12,8 @@ from grpo_replay.errors import UsageError
 from grpo_replay.preflight.host import Host
 from grpo_replay.preflight.verl_launch import captured_overrides, check_verl_overrides
 
-MODEL = ["actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base", "actor_rollout_ref.model.enable_gradient_checkpointing=true"]
+MODEL = ["actor_rollout_ref.model.path=Qwen/Qwen3-4B-Base",
+         "actor_rollout_ref.model.enable_gradient_checkpointing=true"]
 CPU_HOST = Host(gpus=0, gpu_memory=0, driver=None, torch="2.13.0+cpu", torch_cuda=None, vllm=None)
 
 

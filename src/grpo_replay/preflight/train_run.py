@@ -90,8 +90,8 @@ def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:
                         f"{cfg.replay.composition}) -> {s.replay} replay after the mapping ({mapping}); share "
                         f"{s.share:.3f} vs configured {s.configured:.3f} (a full buffer after "
                         f"{cfg.replay.warmup_steps} warm-up steps)")
-    report.add(section, tag + f"replay in {cfg.steps - cfg.replay.warmup_steps} of the run's {cfg.steps} steps (from step "
-                              f"{cfg.replay.warmup_steps}, after replay.warmup_steps)")
+    report.add(section, tag + f"replay in {cfg.steps - cfg.replay.warmup_steps} of the run's {cfg.steps} steps "
+                              f"(from step {cfg.replay.warmup_steps}, after replay.warmup_steps)")
 
 
 def check_launch_rules(cfg: TrainConfig, report: Report, label: str = "") -> None:
