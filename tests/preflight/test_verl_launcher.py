@@ -2,12 +2,15 @@
 (this environment), the launch's overrides are read as passed: a list of data files is a list."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from grpo_replay.cli import main
+from grpo_replay.cli.preflight import resolve
 from grpo_replay.errors import UsageError
 from grpo_replay.preflight.host import Host
 from grpo_replay.preflight.verl_launch import captured_overrides, check_verl_overrides
@@ -57,7 +60,7 @@ def test_a_missing_launcher_is_exit_2_naming_it(tmp_path, capsys):
     assert "nope.sh did not reach `python -m grpo_replay.integrations.verl.main` (exit 127)" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("verl") is not None, reason="reads overrides without verl")
+@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="reads overrides without verl")
 def test_without_verl_a_list_of_train_files_is_a_list_and_a_missing_one_is_named(tmp_path):
     (tmp_path / "a.parquet").touch()
     (tmp_path / "b.parquet").touch()
@@ -72,7 +75,7 @@ def test_without_verl_a_list_of_train_files_is_a_list_and_a_missing_one_is_named
     assert [(r.field, r.problem) for r in refused] == [("data.train_files", f"{tmp_path}/c.parquet does not exist")]
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("verl") is not None, reason="reads overrides without verl")
+@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="reads overrides without verl")
 def test_without_verl_a_folder_with_checkpoints_is_not_said_to_resume(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "latest_checkpointed_iteration.txt").write_text("20")
@@ -81,3 +84,23 @@ def test_without_verl_a_folder_with_checkpoints_is_not_said_to_resume(tmp_path):
     text = check_verl_overrides(ov, CPU_HOST, None, "verl").render()
     assert "holds global_step_20; the entry point resumes it if its record" in text and "RESUMES" not in text
     assert "the entry point's checks (verl's validate_config, lengths, the run-folder record) are not run" in text
+
+
+VERL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("verl") is not None or not VERL_PYTHON.is_file(),
+                    reason="needs this environment without verl and the verl environment beside it")
+def test_without_verl_here_the_launchs_own_python_runs_the_entry_points_checks(tmp_path, monkeypatch):
+    """A launch whose PATH puts the verl environment first (as docs/verl.md runs the launchers) is checked there."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    (tmp_path / "train.parquet").touch()
+    (tmp_path / "test.parquet").touch()
+    launch = [f"PATH={VERL_PYTHON.parent}:{os.environ['PATH']}", "MODEL=Qwen/Qwen3-4B-Base", f"DATA={tmp_path}",
+              f"CKPT_ROOT={tmp_path}/ckpt", "bash", "examples/verl/run_paper_single_node.sh",
+              "actor_rollout_ref.rollout.max_model_len=4096"]
+    report = resolve(launch, CPU_HOST, None)
+    text = report.render()
+    assert f"checked by the launch's own python, {VERL_PYTHON}" in text, text
+    assert [r.field for r in report.refusals] == ["actor_rollout_ref.rollout.max_model_len"], text
+    assert "replay age bound: replay.tau_max=10" in text and not (tmp_path / "ckpt").exists()

@@ -5,7 +5,8 @@ The script is run by bash as the user would run it, with a `python` first on PAT
 so the overrides are exactly what the script passes, after its own variables and arithmetic. Nothing of the
 script is left running: it runs in a process group of its own, killed when the script ends or runs past the time
 limit. Where verl is installed (the verl environment), the config is composed and put through the entry point's
-own checks (`verl_config`); elsewhere the report reads the overrides and the replay preset.
+own checks (`verl_config`); elsewhere the launch's own python does that where it has verl (`verl_elsewhere`), and
+otherwise the report reads the overrides and the replay preset and says the entry point's checks were not run.
 """
 from __future__ import annotations
 
@@ -26,9 +27,14 @@ from .train_run import GIB, target_cards
 from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, refuse, values
 
 ENTRY = "grpo_replay.integrations.verl.main"
+# The recording python: the entry point's arguments, and the python the launch would have run it with (the next
+# `python` on its PATH, without this folder).
 SHIM = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "{entry}" ]; then
-  printf '%s\\0' "${{@:3}}" > "$GRPO_REPLAY_PREFLIGHT_CAPTURE"; exit 0
+  printf '%s\\0' "${{@:3}}" > "$GRPO_REPLAY_PREFLIGHT_CAPTURE"
+  shims="{shims}"; rest=":$PATH:"; rest="${{rest//":$shims:"/:}}"; rest="${{rest#:}}"
+  PATH="${{rest%:}}" command -v python > "$GRPO_REPLAY_PREFLIGHT_CAPTURE.python" || true
+  exit 0
 fi
 exec "{python}" "$@"
 """
@@ -37,6 +43,11 @@ exec "{python}" "$@"
 def captured_overrides(launch: list[str], timeout: float = 60) -> list[str]:
     """The arguments the launcher passes to the verl entry point (`launch`: optional VAR=VALUE words, then
     `bash SCRIPT [args]`). UsageError when it does not reach the entry point, or not within `timeout` seconds."""
+    return captured_launch(launch, timeout)[0]
+
+
+def captured_launch(launch: list[str], timeout: float = 60) -> tuple[list[str], Optional[str]]:
+    """(`captured_overrides`, the python the launcher would have run the entry point with, or None)."""
     from ..errors import UsageError
 
     env = dict(os.environ)
@@ -48,7 +59,7 @@ def captured_overrides(launch: list[str], timeout: float = 60) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("python", "python3"):
             shim = Path(tmp) / name
-            shim.write_text(SHIM.format(entry=ENTRY, python=sys.executable))
+            shim.write_text(SHIM.format(entry=ENTRY, python=sys.executable, shims=tmp))
             shim.chmod(0o755)
         capture, log = Path(tmp) / "argv", Path(tmp) / "log"
         env.update(PATH=f"{tmp}:{env.get('PATH', '')}", GRPO_REPLAY_PREFLIGHT_CAPTURE=str(capture))
@@ -60,7 +71,9 @@ def captured_overrides(launch: list[str], timeout: float = 60) -> list[str]:
         if not capture.exists():
             raise UsageError(f"{script} did not reach `python -m {ENTRY}` (exit {code}): "
                              f"{log.read_text(errors='replace').strip()[-500:]}")
-        return [a for a in capture.read_text().split("\0") if a]
+        python = Path(f"{capture}.python")
+        return ([a for a in capture.read_text().split("\0") if a],
+                python.read_text().strip() or None if python.is_file() else None)
 
 
 def _run_alone(words: list[str], env: dict, log: Path, timeout: float, script: str) -> Optional[int]:
@@ -89,7 +102,13 @@ def _run_alone(words: list[str], env: dict, log: Path, timeout: float, script: s
 
 
 def check_verl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
-    return check_verl_overrides(captured_overrides(launch), host, gpu_memory, " ".join(launch))
+    """The launch's report: computed here where verl is installed, else by the launch's own python where it has
+    verl (`verl_elsewhere`), else from the overrides as passed."""
+    from .verl_elsewhere import can_compose_here, run_there
+
+    overrides, python = captured_launch(launch)
+    there = None if can_compose_here() else run_there(python, overrides, host, gpu_memory, " ".join(launch))
+    return there or check_verl_overrides(overrides, host, gpu_memory, " ".join(launch))
 
 
 def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[int], launch: str) -> Report:
