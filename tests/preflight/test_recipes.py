@@ -103,7 +103,8 @@ def test_a_run_directory_with_another_runs_results_is_refused(tmp_path):
     (out / "config.yaml").write_text("seed: 5\n")
     (out / "summary.json").write_text("{}")
     report = resolve(["train", "--steps", "3", "--out", str(out)], CPU_HOST, None)
-    assert [r.field for r in report.refusals] == ["out_dir"], report.render()
+    assert [r.field for r in report.refusals] == ["--out"], report.render()
+    assert "seed: 5 in the run, 0 here" in report.refusals[0].problem, report.render()  # the key that differs
 
 
 def test_a_shared_verl_checkpoint_folder_and_a_seed_loop_over_replay_seed_only_are_refused():

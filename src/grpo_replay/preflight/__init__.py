@@ -6,5 +6,7 @@ config, a verl launcher with its overrides) it reports the software stack and wh
 step after the engine's batch mapping (`replay_share`), seeds, run directories and whether they would resume,
 and the data; what would fail or silently change the method is a `Refusal` naming the field and the fix
 (`report`). Model shapes come from config-level facts (`shapes`): nothing is downloaded, so a CPU machine checks
-a recipe meant for eight GPUs. The command line (`cli/preflight.py`) picks the resolver by the launch's form.
+a recipe meant for eight GPUs. The command line (`cli/preflight.py`) picks the resolver by the launch's form. A verl
+launch goes through the entry point's own checks on its composed config (`verl_config`), run by the launch's own
+python where this one has no verl (`verl_elsewhere`).
 """

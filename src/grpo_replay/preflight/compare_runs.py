@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from ..trainer.rundir import RunDir
 from ..trainer.train_config import resolve
 from .host import Host, check_stack
 from .report import Report
@@ -47,7 +48,8 @@ def check_compare(plan, host: Host, gpu_memory: Optional[int], launch: str) -> R
         check_replay(cfg, report, f" [{arm}]")
         check_launch_rules(cfg, report, f" [{arm}]")
     for spec, cfg in cfgs:
-        check_run_dir(cfg, report, f" [{spec.arm} seed {spec.seed}]")
+        if not _check_continuation(spec, cfg, plan.specs, report):
+            check_run_dir(cfg, report, f" [{spec.arm} seed {spec.seed}]")
     _check_seeds(cfgs, report)
     dirs = [spec.run_dir for spec, _ in cfgs]
     if len(set(dirs)) != len(dirs):
@@ -57,6 +59,29 @@ def check_compare(plan, host: Host, gpu_memory: Optional[int], launch: str) -> R
     if plan.bench is not None:
         _check_benchmarks(plan.bench, gpu, report)
     return report
+
+
+def _check_continuation(spec, cfg, specs, report: Report) -> bool:
+    """Whether the run will continue a shorter finished run instead of starting at step 0 (compare's own rule,
+    `experiments.continuation`): a finished run of its lineage on disk, or a shorter one in this plan that it waits
+    for. Says which; False for a run that starts or resumes in its own directory."""
+    from ..experiments import continuation
+
+    if spec.run_dir.exists():
+        return False
+    tag = f"[{spec.arm} seed {spec.seed}] {spec.run_dir}"
+    every = cfg.eval_every
+    shorter = [o for o in specs if o.lineage == spec.lineage and o.seed == spec.seed and o.steps < spec.steps
+               and not (every and o.steps % every)]  # find_source's rule: a source ends on a scheduled evaluation
+    source = continuation.find_source(spec.run_dir, spec.seed, spec.lineage, spec.steps, cfg.eval_every)
+    if shorter:
+        o = max(shorter, key=lambda o: o.steps)
+        report.add("checkpoints", f"{tag}: waits for this plan's {o.arm} seed {o.seed} ({o.steps} steps) and "
+                                  f"continues it to {spec.steps} steps (when it ends on a checkpoint)")
+    elif source is not None:
+        report.add("checkpoints", f"{tag}: continues {source} (a finished run of {RunDir(source).history().done} "
+                                  f"steps with this config) to {spec.steps} steps")
+    return bool(shorter) or source is not None
 
 
 def _check_seeds(cfgs, report: Report) -> None:

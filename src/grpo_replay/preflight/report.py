@@ -46,9 +46,10 @@ class Report:
         its allowed values as the problem, those values as the fix."""
         import re
 
-        key = re.search(r"TrainConfig\.([\w.]+)|(--[\w-]+)", str(error))
+        key = re.search(r"TrainConfig\.([\w.]+)|(--[\w-]+)|ReplayConfig\.(\w+)", str(error))
         problem, _, fix = str(error).partition("; allowed: ")
-        field_name = (key.group(1) or key.group(2)) if key else field_name
+        if key:
+            field_name = key.group(1) or key.group(2) or f"replay.{key.group(3)}"
         self.refuse(field_name + label, problem, fix or "see the problem")
 
     def render(self) -> str:

@@ -76,6 +76,12 @@ def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:
     if not cfg.replay.enabled:
         report.add(section, tag + f"preset {cfg.preset}: no replay ({rows} fresh rows per step)")
         return
+    if cfg.steps <= cfg.replay.warmup_steps:  # the buffer draws nothing before step warmup_steps
+        report.add(section, tag + f"no replay in this run: its {cfg.steps} steps are all within replay.warmup_steps="
+                                  f"{cfg.replay.warmup_steps} (the buffer draws from step {cfg.replay.warmup_steps} "
+                                  f"on), so every step trains {rows} fresh rows: share 0.000 (--steps above "
+                                  f"{cfg.replay.warmup_steps} or a lower replay.warmup_steps replays)")
+        return
     unit = rows // (cfg.micro_batch_size or rows) if cfg.backend == "trl" else 1
     s = realised_share(rows, cfg.replay, unit)
     mapping = (f"TRL: per_device_train_batch_size={cfg.micro_batch_size or rows}, steps_per_generation={unit}, so "
@@ -84,6 +90,8 @@ def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:
                         f"{cfg.replay.composition}) -> {s.replay} replay after the mapping ({mapping}); share "
                         f"{s.share:.3f} vs configured {s.configured:.3f} (a full buffer after "
                         f"{cfg.replay.warmup_steps} warm-up steps)")
+    report.add(section, tag + f"replay in {cfg.steps - cfg.replay.warmup_steps} of the run's {cfg.steps} steps "
+                              f"(from step {cfg.replay.warmup_steps}, after replay.warmup_steps)")
 
 
 def check_launch_rules(cfg: TrainConfig, report: Report, label: str = "") -> None:
@@ -105,30 +113,69 @@ def check_launch_rules(cfg: TrainConfig, report: Report, label: str = "") -> Non
 
 
 def check_run_dir(cfg: TrainConfig, report: Report, label: str = "") -> None:
-    """The run directory, and what a launch would do with what is there (new run, resume, or refusal)."""
+    """The run directory, and what a launch would do with what is there (new run, resume, or refusal): the checks
+    `train` makes before it starts (`rundir._check_resume`) and when it resumes (`checkpoint.newest_readable`, the
+    files its resume reads)."""
     from ..errors import UsageError
     from ..trainer.rundir import RunDir, _check_resume, holds_run
 
     run_dir = cfg.run_dir
-    section, tag = "checkpoints", f"{label.strip()} " if label else ""
+    section, tag, field = "checkpoints", f"{label.strip()} " if label else "", f"--out{label}"
     if not run_dir.exists():
         report.add(section, tag + f"{run_dir}: new run (the folder does not exist)")
         return
     if not holds_run(run_dir) and any(run_dir.iterdir()):
-        report.refuse(f"out_dir{label}", f"{run_dir} holds files grpo-replay did not make", "a new --out directory")
+        report.refuse(field, f"{run_dir} holds files grpo-replay did not make", "a new --out directory")
         return
     try:
         done = _check_resume(cfg, RunDir(run_dir))
+        resumes = _readable_checkpoint(cfg, run_dir) if 0 < done < cfg.steps else None
     except UsageError as e:
-        report.refuse(f"out_dir{label}", str(e).split("\n")[0], "a new --out directory, or the run's own config")
+        _refuse_resume(cfg, e, field, report)
         return
-    past = RunDir(run_dir).history()
     if done == 0:
         report.add(section, tag + f"{run_dir}: new run (the folder holds no results)")
     elif done >= cfg.steps:
         report.add(section, tag + f"{run_dir}: already finished ({done} steps): the launch trains nothing")
     else:
-        report.add(section, tag + f"{run_dir}: RESUMES from step {past.resumable} of {cfg.steps}")
+        report.add(section, tag + f"{run_dir}: RESUMES from {resumes} of {cfg.steps} steps")
+
+
+def _readable_checkpoint(cfg: TrainConfig, run_dir: Path) -> str:
+    """The checkpoint `train`'s resume would load (NoUsableCheckpoint when every one is damaged), as a phrase."""
+    from ..trainer import checkpoint
+    from ..trainer.rundir import RunDir
+
+    if cfg.backend != "builtin":
+        return f"step {RunDir(run_dir).history().resumable} (TRL's checkpoint)"
+    path, damaged = checkpoint.newest_readable(run_dir, cfg.replay, bool(cfg.drift_probe))
+    if path is None:
+        return f"step {RunDir(run_dir).history().resumable}"
+    skipped = f" (past {len(damaged)} damaged newer: {'; '.join(map(str, damaged))})" if damaged else ""
+    return f"{path.name}{skipped}"
+
+
+def _refuse_resume(cfg: TrainConfig, error: Exception, field: str, report: Report) -> None:
+    """A resume `train` refuses: with a changed config, the keys that differ and their values in the run."""
+    from ..errors import UsageError
+    from ..trainer.rundir import RunDir, config_diff
+
+    try:
+        diff = config_diff(RunDir(cfg.run_dir).saved_config(), cfg)
+    except UsageError:
+        diff = {}
+    if not diff:
+        from ..trainer.checkpoint import NoUsableCheckpoint
+
+        problem, _, _ = str(error).split("\n")[0].partition(". Nothing can resume")
+        report.refuse(field, problem, "delete the damaged ckpt-* folders (the run starts over) or a new --out "
+                      "directory" if isinstance(error, NoUsableCheckpoint) else "a new --out directory, or the run's "
+                      "own config")
+        return
+    changes = ", ".join(f"{k}: {old!r} in the run, {new!r} here" for k, (old, new) in diff.items())
+    report.refuse(field, f"{cfg.run_dir} holds a run made with another config ({changes}); resuming it would mix two "
+                  "runs", "a new --out directory, or the run's own values: "
+                  + " ".join(f"--set {k}={old}" for k, (old, _) in diff.items()))
 
 
 def check_data(cfg: TrainConfig, report: Report, label: str = "") -> None:

@@ -2,13 +2,16 @@
 
 The script is run by bash as the user would run it, with a `python` first on PATH that records the arguments of
 `python -m grpo_replay.integrations.verl.main` instead of starting verl (any other python call runs the real one):
-so the overrides are exactly what the script passes, after its own variables and arithmetic. Where verl is
-installed (the verl environment), the config is also composed by Hydra as the entry point composes it and put
-through the entry point's own `check_config`; elsewhere the report reads the overrides and the replay preset.
+so the overrides are exactly what the script passes, after its own variables and arithmetic. Nothing of the
+script is left running: it runs in a process group of its own, killed when the script ends or runs past the time
+limit. Where verl is installed (the verl environment), the config is composed and put through the entry point's
+own checks (`verl_config`); elsewhere the launch's own python does that where it has verl (`verl_elsewhere`), and
+otherwise the report reads the overrides and the replay preset and says the entry point's checks were not run.
 """
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,106 +24,120 @@ from .host import Host, check_stack
 from .report import Report
 from .shapes import model_shape
 from .train_run import GIB, target_cards
+from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, refuse, values
 
 ENTRY = "grpo_replay.integrations.verl.main"
+# The recording python: the entry point's arguments, and the python the launch would have run it with (the next
+# `python` on its PATH, without this folder).
 SHIM = """#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "{entry}" ]; then
-  printf '%s\\0' "${{@:3}}" > "$GRPO_REPLAY_PREFLIGHT_CAPTURE"; exit 0
+  printf '%s\\0' "${{@:3}}" > "$GRPO_REPLAY_PREFLIGHT_CAPTURE"
+  shims="{shims}"; rest=":$PATH:"; rest="${{rest//":$shims:"/:}}"; rest="${{rest#:}}"
+  PATH="${{rest%:}}" command -v python > "$GRPO_REPLAY_PREFLIGHT_CAPTURE.python" || true
+  exit 0
 fi
 exec "{python}" "$@"
 """
-# verl 0.9.1's defaults for the keys the report reads when the launch does not set them (its ppo_trainer.yaml).
-VERL_DEFAULTS = {"data.seed": "null", "actor_rollout_ref.rollout.seed": "42", "trainer.resume_mode": "auto",
-                 "trainer.project_name": "verl_examples", "trainer.default_local_dir":
-                 "checkpoints/${trainer.project_name}/${trainer.experiment_name}", "trainer.nnodes": "1"}
 
 
 def captured_overrides(launch: list[str], timeout: float = 60) -> list[str]:
     """The arguments the launcher passes to the verl entry point (`launch`: optional VAR=VALUE words, then
-    `bash SCRIPT [args]`)."""
+    `bash SCRIPT [args]`). UsageError when it does not reach the entry point, or not within `timeout` seconds."""
+    return captured_launch(launch, timeout)[0]
+
+
+def captured_launch(launch: list[str], timeout: float = 60) -> tuple[list[str], Optional[str]]:
+    """(`captured_overrides`, the python the launcher would have run the entry point with, or None)."""
+    from ..errors import UsageError
+
     env = dict(os.environ)
     words = list(launch)
     while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=")[0].isidentifier():
         key, value = words.pop(0).split("=", 1)
         env[key] = value
+    script = " ".join(words[:2])
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("python", "python3"):
             shim = Path(tmp) / name
-            shim.write_text(SHIM.format(entry=ENTRY, python=sys.executable))
+            shim.write_text(SHIM.format(entry=ENTRY, python=sys.executable, shims=tmp))
             shim.chmod(0o755)
-        capture = Path(tmp) / "argv"
+        capture, log = Path(tmp) / "argv", Path(tmp) / "log"
         env.update(PATH=f"{tmp}:{env.get('PATH', '')}", GRPO_REPLAY_PREFLIGHT_CAPTURE=str(capture))
-        proc = subprocess.run(words, env=env, capture_output=True, text=True, timeout=timeout)
+        code = _run_alone(words, env, log, timeout, script)
+        if code is None:
+            raise UsageError(f"{script}: did not reach `python -m {ENTRY}` within {timeout:g} s (stopped, with "
+                             "everything it started); allowed: a launcher that calls the entry point without waiting "
+                             "first (a download, a GPU check or a server before it holds the preflight)")
         if not capture.exists():
-            from ..errors import UsageError
+            raise UsageError(f"{script} did not reach `python -m {ENTRY}` (exit {code}): "
+                             f"{log.read_text(errors='replace').strip()[-500:]}")
+        python = Path(f"{capture}.python")
+        return ([a for a in capture.read_text().split("\0") if a],
+                python.read_text().strip() or None if python.is_file() else None)
 
-            raise UsageError(f"{' '.join(words[:2])} did not reach `python -m {ENTRY}` (exit {proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-        return [a for a in capture.read_text().split("\0") if a]
 
+def _run_alone(words: list[str], env: dict, log: Path, timeout: float, script: str) -> Optional[int]:
+    """Run the launcher in a process group of its own, its output to `log` (a file, not a pipe, which a
+    background child would hold open); its exit status, or None past `timeout`. Either way the whole group is
+    stopped after it: nothing the script started keeps running."""
+    from ..errors import UsageError
 
-def overrides_dict(overrides: list[str]) -> dict[str, str]:
-    """Hydra `key=value` overrides (`+key=` / `++key=` too; a later one wins, as in Hydra)."""
-    out = {}
-    for o in overrides:
-        key, _, value = o.partition("=")
-        out[key.lstrip("+")] = value.strip("'\"")
-    return out
+    try:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(words, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+    except OSError as e:
+        raise UsageError(f"{script}: cannot run it ({e.strerror or e}); allowed: a launcher that exists, e.g. "
+                         "bash examples/verl/run_paper_single_node.sh") from None
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
 
 
 def check_verl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
-    return check_verl_overrides(captured_overrides(launch), host, gpu_memory, " ".join(launch))
+    """The launch's report: computed here where verl is installed, else by the launch's own python where it has
+    verl (`verl_elsewhere`), else from the overrides as passed."""
+    from .verl_elsewhere import can_compose_here, run_there
+
+    overrides, python = captured_launch(launch)
+    there = None if can_compose_here() else run_there(python, overrides, host, gpu_memory, " ".join(launch))
+    return there or check_verl_overrides(overrides, host, gpu_memory, " ".join(launch))
 
 
 def check_verl_overrides(overrides: list[str], host: Host, gpu_memory: Optional[int], launch: str) -> Report:
     """The report of the verl entry point called with `overrides`."""
     report = Report(launch)
     ov = overrides_dict(overrides)
-    config = _compose(ov, report)
-
-    def get(key):  # the composed config's value where verl is installed, else the override or verl's default
-        if config is not None:
-            from omegaconf import OmegaConf
-
-            return str(OmegaConf.select(config, key))
-        return ov.get(key, VERL_DEFAULTS.get(key))
-    nodes, per_node = int(get("trainer.nnodes")), int(ov.get("trainer.n_gpus_per_node", 8))
+    try:
+        config = compose(overrides)
+    except ValueError as e:
+        refuse(report, e)
+        return report
+    get = values(config, ov)
+    nodes, per_node = int(get("trainer.nnodes")), int(get("trainer.n_gpus_per_node"))
     check_stack(host, "verl", True, per_node, report)
     report.add("processes", f"{nodes} node(s) x {per_node} GPU(s) (trainer.nnodes, trainer.n_gpus_per_node)")
     _check_share(ov, nodes * per_node, report)
     _check_memory(ov, nodes * per_node, host, gpu_memory, report)
-    _check_seeds(ov, get, report)
-    _check_folder(ov, get, report)
-    for key in ("data.train_files", "data.val_files"):
-        if key in ov:
-            there = Path(ov[key]).exists()
-            report.add("data", f"{key}: {ov[key]} ({'there' if there else 'MISSING'})")
-            if not there:
-                report.refuse(key, f"{ov[key]} does not exist", "DATA=<folder with train.parquet and test.parquet> "
-                              "(verl's examples/data_preprocess/math_dataset.py writes them)")
+    if config is None:
+        Overrides(ov).check(report)
+    else:
+        report.add("seeds", ", ".join(f"{k}={get(k)}" for k in SEEDS))
+        for key in ("data.train_files", "data.val_files"):
+            report.add("data", f"{key}: {', '.join(hydra_list(get(key) or 'unset'))}")
+        entry_point_checks(config, report)
+    _check_folder_names_run(get, report)
     return report
 
 
-def _compose(ov: dict, report: Report):
-    """Hydra's composition and the entry point's own check, where verl is installed: the config, or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("verl") is None:
-        report.add("config", "verl is not installed here: the overrides are read as the launcher passes them; run "
-                             "the preflight in the verl environment for the entry point's own config check")
-        return None
-    from hydra import compose, initialize_config_module
-
-    from ..integrations.verl.main import check_config
-
-    with initialize_config_module("grpo_replay.integrations.verl.config", version_base=None):
-        config = compose("replay_ppo_trainer", overrides=[f"{k}={v}" for k, v in ov.items()])
-    try:
-        check_config(config)
-        report.add("config", "composed by Hydra and accepted by the entry point's check_config")
-    except ValueError as e:
-        report.refuse_error(e)
-    return config
+SEEDS = ("replay.seed", "data.seed", "actor_rollout_ref.rollout.seed", "actor_rollout_ref.actor.data_loader_seed")
 
 
 def _replay_config(ov: dict):
@@ -130,6 +147,11 @@ def _replay_config(ov: dict):
 
     preset = ov.get("replay", "paper")
     path = Path(__file__).resolve().parents[1] / "integrations" / "verl" / "config" / "replay" / f"{preset}.yaml"
+    if not path.is_file():
+        from ..errors import UsageError
+
+        presets = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise UsageError(f"replay={preset} is not a preset of the replay group; allowed: {', '.join(presets)}")
     values = yaml.safe_load(path.read_text())
     fields = set(ReplayConfig.__dataclass_fields__) - {"seed"}
     values.update({k.split(".", 1)[1]: yaml.safe_load(v) for k, v in ov.items() if k.startswith("replay.")})
@@ -145,7 +167,7 @@ def _check_share(ov: dict, gpus: int, report: Report):
         cfg, values = _replay_config(ov)
     except UsageError as e:
         if not any(r.field.startswith("ReplayConfig") or "replay" in r.field for r in report.refusals):
-            report.refuse_error(e)
+            refuse(report, e)
         return None
     n = int(ov.get("actor_rollout_ref.rollout.n", 1))
     rows = int(ov.get("data.train_batch_size", 0)) * n
@@ -192,29 +214,12 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
                 "not fit", "fewer tokens per GPU, gradient checkpointing, or a lower rollout.gpu_memory_utilization")
 
 
-def _check_seeds(ov: dict, get, report: Report) -> None:
-    seeds = {k: get(k) for k in ("replay.seed", "data.seed", "actor_rollout_ref.rollout.seed")}
-    if seeds["replay.seed"] in (None, "None"):  # not composed: the replay group's own default
-        seeds["replay.seed"] = ov.get("replay.seed", 0)
-    report.add("seeds", ", ".join(f"{k}={v}" for k, v in seeds.items()))
-    if "replay.seed" in ov and str(get("data.seed")) in ("null", "None", ""):
-        report.refuse("data.seed", "the launch sets replay.seed but not data.seed: every seed sees one prompt order "
-                      f"and rollout seed {get('actor_rollout_ref.rollout.seed')}, so seeds repeat one run",
-                      "set data.seed and actor_rollout_ref.rollout.seed with replay.seed (one value per seed)")
-
-
-def _check_folder(ov: dict, get, report: Report) -> None:
+def _check_folder_names_run(get, report: Report) -> None:
+    """A checkpoint folder that does not name its run is shared by every arm and seed launched with it."""
     exp = get("trainer.experiment_name") or ""
     folder = str(get("trainer.default_local_dir")).replace("${trainer.project_name}", str(get("trainer.project_name")))
     folder = folder.replace("${trainer.experiment_name}", exp)
-    steps = sorted((p for p in Path(folder).glob("global_step_*") if p.name.split("_")[-1].isdigit()),
-                   key=lambda p: int(p.name.split("_")[-1]))
-    resume = get("trainer.resume_mode")
     if exp and exp not in folder:
         report.refuse("trainer.default_local_dir", f"{folder} does not name the run (experiment {exp}): every arm and "
-                      f"seed launched with it shares the folder, and resume_mode={resume} loads the latest "
-                      "global_step_* another run wrote", "a folder per run, e.g. .../$EXP")
-    if steps and resume == "auto":
-        report.add("checkpoints", f"{folder}: RESUMES from {steps[-1].name} (resume_mode auto)")
-    else:
-        report.add("checkpoints", f"{folder}: new run")
+                      f"seed launched with it shares the folder, and resume_mode={get('trainer.resume_mode')} loads "
+                      "the latest global_step_* another run wrote", "a folder per run, e.g. .../$EXP")

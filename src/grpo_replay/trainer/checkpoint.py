@@ -170,25 +170,34 @@ def saved_config(path: Path) -> Optional[str]:
     return _read(f, lambda p: p.read_text(encoding="utf-8")) if f.exists() else None
 
 
-def load(
-    path: Path, model, optimizer, scheduler, buffer: ReplayBuffer, prompt_rng: np.random.Generator, drift=None
-) -> dict[str, Any]:
-    """Restore everything `save` wrote into the given live objects; returns the trainer state. Every file is read
-    before anything is restored, so a DamagedCheckpoint (naming the file) leaves the live objects as they were."""
+def read(path: Path, buffer_config, drift: bool = False) -> dict[str, Any]:
+    """Every file of checkpoint `path` read whole (`drift`: its drift probe too, when it has one): what `load`
+    restores. A file that does not read back raises DamagedCheckpoint naming it."""
     from safetensors.torch import load_file
 
     def torch_load(p: Path):
         return torch.load(p, weights_only=True)
 
-    weights = _read(path / MODEL / "model.safetensors", lambda p: load_file(str(p)))
-    opt = _read(path / "optim.pt", torch_load)
-    rng = _read(path / "torch_rng.pt", torch_load)
-    loaded = _read(path / "buffer", lambda p: ReplayBuffer.load(p, config=buffer.config))
-    states = _read(path / "rng.json", lambda p: json.loads(p.read_text()))
-    drift_state = _read(path / DRIFT, lambda p: load_file(str(p))) if drift is not None and (path / DRIFT).is_file() else None
-    trainer_state = _read(path / DONE, lambda p: json.loads(p.read_text()))
-    if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
+    files = {"weights": _read(path / MODEL / "model.safetensors", lambda p: load_file(str(p))),
+             "opt": _read(path / "optim.pt", torch_load), "rng": _read(path / "torch_rng.pt", torch_load),
+             "buffer": _read(path / "buffer", lambda p: ReplayBuffer.load(p, config=buffer_config)),
+             "states": _read(path / "rng.json", lambda p: json.loads(p.read_text())),
+             "drift": _read(path / DRIFT, lambda p: load_file(str(p))) if drift and (path / DRIFT).is_file() else None,
+             "trainer_state": _read(path / DONE, lambda p: json.loads(p.read_text()))}
+    if not isinstance(files["trainer_state"], dict) or not isinstance(files["trainer_state"].get("step"), int):
         raise DamagedCheckpoint(path / DONE, "no step in it")
+    return files
+
+
+def load(
+    path: Path, model, optimizer, scheduler, buffer: ReplayBuffer, prompt_rng: np.random.Generator, drift=None
+) -> dict[str, Any]:
+    """Restore everything `save` wrote into the given live objects; returns the trainer state. Every file is read
+    (`read`) before anything is restored, so a DamagedCheckpoint (naming the file) leaves the live objects as they
+    were."""
+    files = read(path, buffer.config, drift is not None)
+    weights, opt, rng, loaded, states = (files[k] for k in ("weights", "opt", "rng", "buffer", "states"))
+    drift_state, trainer_state = files["drift"], files["trainer_state"]
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # Tied embeddings are saved once; anything else missing means a different model.
     missing = [k for k in missing if "lm_head" not in k]
@@ -222,19 +231,31 @@ class NoUsableCheckpoint(UsageError):
 def load_latest(run_dir: Path, *live, drift=None) -> tuple[Optional[Path], Optional[dict[str, Any]]]:
     """`load` the newest checkpoint that reads back whole, warning about each newer damaged one (naming its file);
     (None, None) without checkpoints. `live` are `load`'s model, optimizer, scheduler, buffer and prompt_rng."""
+    path, state, damaged = _newest(run_dir, lambda p: load(p, *live, drift=drift))
+    for e in damaged:
+        print(f"grpo-replay: warning: {e}; resuming from {path.name}, the newest complete checkpoint", file=sys.stderr,
+              flush=True)
+    return path, state
+
+
+def newest_readable(run_dir: Path, buffer_config, drift: bool = False) -> tuple[Optional[Path], list]:
+    """(the checkpoint a resume would load, the newer damaged ones) without loading anything: the files `load` reads,
+    read the same way (NoUsableCheckpoint when every checkpoint is damaged; (None, []) without checkpoints)."""
+    path, _, damaged = _newest(run_dir, lambda p: read(p, buffer_config, drift))
+    return path, damaged
+
+
+def _newest(run_dir: Path, attempt) -> tuple[Optional[Path], Any, list[DamagedCheckpoint]]:
+    """`attempt(checkpoint)` newest first until one does not raise DamagedCheckpoint: (it, its result, the damaged
+    newer ones); NoUsableCheckpoint when none is whole."""
     damaged: list[DamagedCheckpoint] = []
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            state = load(path, *live, drift=drift)
+            return path, attempt(path), damaged
         except DamagedCheckpoint as e:
             damaged.append(e)
-            continue
-        for e in damaged:
-            print(f"grpo-replay: warning: {e}; resuming from {path.name}, the newest complete checkpoint", file=sys.stderr,
-                  flush=True)
-        return path, state
     if damaged:
         raise NoUsableCheckpoint(
             f"every checkpoint in {run_dir} is damaged: {'; '.join(map(str, damaged))}. Nothing can resume from them: "
             f"delete them to start the run over, or give another --out")
-    return None, None
+    return None, None, []

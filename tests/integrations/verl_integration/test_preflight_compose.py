@@ -28,8 +28,8 @@ def test_the_single_node_launch_composes_and_passes(tmp_path, monkeypatch):
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     report = check_verl_overrides(_overrides(tmp_path, "trainer.total_training_steps=300"), CPU_HOST, None, "verl")
     text = report.render()
-    assert "composed by Hydra and accepted by the entry point's check_config" in text, text
-    assert "share 0.333 vs configured 0.333" in text and "qwen3-4b-paper-s0: new run" in text
+    assert "composed by Hydra and accepted by the entry point's checks" in text, text
+    assert "share 0.333 vs configured 0.333" in text and "qwen3-4b-paper-s0: a fresh run" in text
     assert not report.refusals, text
 
 

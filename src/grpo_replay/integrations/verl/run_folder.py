@@ -46,7 +46,7 @@ def check_run_folder(config, write: bool = True) -> str:
             diff = ", ".join(f"{k}={theirs.get(k)!r} there, {me[k]!r} here" for k in me if theirs.get(k) != me[k])
             raise ValueError(
                 f"trainer.default_local_dir={folder} holds checkpoints (global_step_{step}) of another run ({diff}); "
-                "trainer.resume_mode=auto would resume that run under this one's name. allowed: a folder of this "
+                "trainer.resume_mode=auto would resume that run under this one's name; allowed: a folder of this "
                 "run's own (the launchers' EXP / CKPT_ROOT, or trainer.default_local_dir), or "
                 "trainer.resume_mode=disable to start over there"
             )
