@@ -23,7 +23,7 @@ from .host import Host, check_stack
 from .report import Report
 from .shapes import KNOWN, model_shape
 from .train_run import GIB, target_cards
-from .trl_parse import Launch, parse_script_args, split_launch
+from .trl_parse import Launch, as_typed, parse_script_args, split_launch
 from .trl_script import LaunchRefused, ScriptSpec, read_script
 
 
@@ -67,7 +67,7 @@ def check_trl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -
     _check_memory(args, model_name, share, async_trainer, host, gpu_memory, report)
     report.add("seeds", f"seed {args.seed} (data order, sampling); replay buffer seed "
                         f"{args.replay_seed if args.replay_seed is not None else args.seed} + process index")
-    _check_output_dir(args, report)
+    _check_output_dir(args, report, run.argv)
     data = next((v for v in parsed.values() if hasattr(v, "dataset_name")), None)
     if data is not None:
         report.add("data", f"{data.dataset_name} (split {data.dataset_split}): a Hugging Face dataset the script loads "
@@ -118,7 +118,8 @@ def _check_master_weights(args, model_name: str, run: Launch, report: Report) ->
     learning rate mostly round away while the run logs as usual. FSDP2 with mixed precision and DeepSpeed keep a
     float32 master copy (integrations/trl/master_weights.py)."""
     kwargs = getattr(args, "model_init_kwargs", None) or {}
-    key = "dtype" if getattr(args, "dtype", None) else "model_init_kwargs.dtype"
+    key = as_typed("dtype", run.argv) if getattr(args, "dtype", None) else (
+        "--model_init_kwargs" if as_typed("model_init_kwargs", run.argv).startswith("--") else "model_init_kwargs.dtype")
     dtype = str(getattr(args, "dtype", None) or kwargs.get("dtype") or "float32").replace("torch.", "")
     if dtype == "auto":
         dtype = _checkpoint_dtype(model_name)
@@ -203,7 +204,7 @@ def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_
                 "gradient_checkpointing, or a larger card")
 
 
-def _check_output_dir(args, report: Report) -> None:
+def _check_output_dir(args, report: Report, argv: list[str]) -> None:
     out = Path(args.output_dir)
     ckpts = sorted(out.glob(TRL_CHECKPOINT_PREFIX + "*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
     resume = getattr(args, "resume_from_checkpoint", None)
@@ -211,9 +212,9 @@ def _check_output_dir(args, report: Report) -> None:
         there = Path(resume).is_dir()
         report.add("checkpoints", f"{out}: RESUMES from {resume}" + ("" if there else " (missing)"))
         if not there:
-            report.refuse("resume_from_checkpoint", f"{resume} does not exist", "a checkpoint-N folder of the run")
+            report.refuse(as_typed("resume_from_checkpoint", argv), f"{resume} does not exist", "a checkpoint-N folder of the run")
     elif ckpts:
-        report.refuse("output_dir", f"{out} holds {ckpts[-1].name} of an earlier run, and the script starts over "
+        report.refuse(as_typed("output_dir", argv), f"{out} holds {ckpts[-1].name} of an earlier run, and the script starts over "
                       "(resume_from_checkpoint unset), writing its checkpoints among them",
                       f"--resume_from_checkpoint {ckpts[-1]} to continue it, or a new --output_dir")
     else:

@@ -43,8 +43,8 @@ def split_launch(launch: list[str], host_gpus: int) -> Launch:
         _need_file(script, script, "the path of the TRL script")
         return Launch(1, 1, script, launch[2:])
     from accelerate.commands import launch as acc
-    from accelerate.commands.config import default_config_file
 
+    default_config_file = acc.default_config_file  # the one its _validate_launch_command reads
     args = _argparse(acc.launch_command_parser(), launch[2:], "accelerate launch")
     _need_file(args.training_script, args.training_script, "the path of the TRL script")
     notes = []
@@ -73,6 +73,11 @@ def split_launch(launch: list[str], host_gpus: int) -> Launch:
                   mixed_precision=str(args.mixed_precision or "no"),
                   fsdp2=bool(args.use_fsdp) and str(getattr(args, "fsdp_version", 1)) == "2",
                   deepspeed=bool(args.use_deepspeed), notes=notes)
+
+
+def as_typed(name: str, argv: list[str]) -> str:
+    """`--name` when the launch's command line sets it, else the YAML key `name`."""
+    return f"--{name}" if any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv) else name
 
 
 def _need_file(path: str, field_name: str, fix: str) -> None:
@@ -153,6 +158,8 @@ FIXES = ((r"both configured at the same time", lambda m, f: "only one of generat
           "steps_per_generation (the other left out of the YAML and the command line)"),
          (r"At most one of fp16 and bf16", lambda m, f: "only one of bf16 and fp16 set to true"),
          (r"at least 2 generations per prompt", lambda m, f: "num_generations >= 2"),
+         (r"must be divisible by the global batch size \((\d+)\)",
+          lambda m, f: f"generation_batch_size a multiple of {m.group(1)} (per-device batch x processes)"),
          (r"(\w+) \(([\d.e+-]+)\) must be less than (\w+) \(([\d.e+-]+)\)",
           lambda m, f: f"{m.group(1)} below {m.group(3)} ({m.group(4)})"))
 
@@ -163,7 +170,7 @@ def refusal_of(message: str, known: list[str], argv: list[str], yaml_keys: set[s
     if unknown:
         return LaunchRefused(unknown.group(1), f"the script's parser has no such argument ({message})",
                              "an argument of the script's dataclasses (see its --help), spelled as TRL spells it")
-    unknown = re.search(r"Unknown arguments from config file: \[['\"]([\w.-]+)", message)
+    unknown = re.search(r"Unknown arguments from config file: \[['\"](?:--)?([\w.-]+)", message)
     if unknown:
         return LaunchRefused(unknown.group(1), f"the YAML key is no field of the script's dataclasses ({message})",
                              "a key the script's dataclasses define, or remove it")
