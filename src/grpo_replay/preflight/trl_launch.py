@@ -118,8 +118,9 @@ def _check_master_weights(args, model_name: str, run: Launch, report: Report) ->
     learning rate mostly round away while the run logs as usual. FSDP2 with mixed precision and DeepSpeed keep a
     float32 master copy (integrations/trl/master_weights.py)."""
     kwargs = getattr(args, "model_init_kwargs", None) or {}
+    on_cli = as_typed("model_init_kwargs", run.argv).startswith("--")
     key = as_typed("dtype", run.argv) if getattr(args, "dtype", None) else (
-        "--model_init_kwargs" if as_typed("model_init_kwargs", run.argv).startswith("--") else "model_init_kwargs.dtype")
+        "--model_init_kwargs" if on_cli else "model_init_kwargs.dtype")
     dtype = str(getattr(args, "dtype", None) or kwargs.get("dtype") or "float32").replace("torch.", "")
     if dtype == "auto":
         dtype = _checkpoint_dtype(model_name)
@@ -212,9 +213,11 @@ def _check_output_dir(args, report: Report, argv: list[str]) -> None:
         there = Path(resume).is_dir()
         report.add("checkpoints", f"{out}: RESUMES from {resume}" + ("" if there else " (missing)"))
         if not there:
-            report.refuse(as_typed("resume_from_checkpoint", argv), f"{resume} does not exist", "a checkpoint-N folder of the run")
+            report.refuse(as_typed("resume_from_checkpoint", argv), f"{resume} does not exist",
+                          "a checkpoint-N folder of the run")
     elif ckpts:
-        report.refuse(as_typed("output_dir", argv), f"{out} holds {ckpts[-1].name} of an earlier run, and the script starts over "
+        report.refuse(as_typed("output_dir", argv), f"{out} holds {ckpts[-1].name} of an earlier run, and the script "
+                      "starts over "
                       "(resume_from_checkpoint unset), writing its checkpoints among them",
                       f"--resume_from_checkpoint {ckpts[-1]} to continue it, or a new --output_dir")
     else:
