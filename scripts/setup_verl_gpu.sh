@@ -5,8 +5,9 @@
 #
 # Why this order: verl[vllm,fsdp]==0.9.1 pins torch 2.11.0 and flash-attn 2.8.3; flash-attn has no wheel on PyPI,
 # and its source build imports torch, so it fails under pip's build isolation. So: torch first (PyPI's 2.11.0 is the
-# CUDA 13 build verl's cu130 extras expect), flash-attn with --no-build-isolation, then verl, then this project
-# (core dependencies only: the app extra would move transformers off verl's pin).
+# CUDA 13 build verl's cu130 extras expect), flash-attn with --no-build-isolation, then verl, then this project with
+# its app extra (what `grpo-replay preflight` and the other commands import), transformers held at the version verl
+# installed so that the extra does not move it off verl's pin.
 # Usage: bash scripts/setup_verl_gpu.sh   (VERL_GPU_VENV, default .venv-verl-gpu; MAX_JOBS for the flash-attn build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +31,6 @@ fi
 echo "setup_verl_gpu: flash-attn for FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-all (no GPU listed)}" >&2
 MAX_JOBS=${MAX_JOBS:-8} "${PIP[@]}" --no-build-isolation "flash-attn==2.8.3"
 "${PIP[@]}" "verl[vllm,fsdp]==0.9.1"
-"${PIP[@]}" -e .
+TRANSFORMERS=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("transformers"))')
+"${PIP[@]}" -e ".[app]" ${TRANSFORMERS:+"transformers==$TRANSFORMERS"}
 touch "$STAMP"

@@ -15,8 +15,10 @@ def test_bad_input_exits_2_naming_what_is_allowed(capsys):
     assert "needs the launch to check after it; allowed: grpo-replay train" in capsys.readouterr().err
     assert main(["preflight", "make", "train"]) == 2
     assert "'make train' is not a launch it knows" in capsys.readouterr().err
-    assert main(["preflight", "--gpu-memory", "-1", "train"]) == 2
-    assert "--gpu-memory=-1.0 is invalid; allowed: GiB per GPU" in capsys.readouterr().err
+    for value in ("-1", "0", "inf", "nan", "1e-6", "80GB"):
+        assert main(["preflight", "--gpu-memory", value, "train"]) == 2
+        assert f"--gpu-memory={value} is invalid; allowed: GiB per GPU, a number from 1 to 1024" in \
+            capsys.readouterr().err
 
 
 def test_a_setting_the_command_refuses_is_reported_with_its_field(capsys):

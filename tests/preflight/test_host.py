@@ -34,3 +34,16 @@ def test_cuda_13_builds_need_driver_580():
     assert not report.refusals
     check_stack(Host(4, 81559 * 2**20, "580.65.06", "2.13.0+cu130", "13.0", "0.31.0"), "main", True, 8, report)
     assert [r.field for r in report.refusals] == ["GPUs"]
+
+
+def test_an_old_cuda_12_driver_is_refused_with_the_cuda_12_route_for_torch_and_vllm():
+    report = Report("x")
+    check_stack(Host(8, 81559 * 2**20, "570.86.15", "2.13.0+cu130", "13.0", "0.31.0"), "main", True, 8, report)
+    (refusal,) = report.refusals
+    assert refusal.field == "NVIDIA driver"
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu129" in refusal.fix
+    assert ("releases/download/v0.31.0/vllm-0.31.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl --extra-index-url "
+            "https://download.pytorch.org/whl/cu129") in refusal.fix
+    too_old = Report("x")  # below CUDA 12's minimum the CUDA 12.9 builds do not run either
+    check_stack(Host(8, 81559 * 2**20, "470.57.02", "2.13.0+cu130", "13.0", "0.31.0"), "main", True, 8, too_old)
+    assert "cu129" not in too_old.refusals[0].fix

@@ -10,6 +10,8 @@ LAUNCH is the command line a user would type:
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Optional
 
 from ..errors import UsageError
 
@@ -18,7 +20,7 @@ FORMS = ("grpo-replay train", "grpo-replay compare", "accelerate launch SCRIPT.p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+    p.add_argument("--gpu-memory", default=None, metavar="GIB",
                    help="Memory per GPU of the machine the launch is for, in GiB (default: this host's GPU, or on a "
                         "host without one the 80 GB and 141 GB cards).")
     p.add_argument("launch", nargs=argparse.REMAINDER, help="The launch command line: " + " | ".join(FORMS))
@@ -32,13 +34,29 @@ def run(args: argparse.Namespace) -> int:
         launch = launch[1:]
     if not launch:
         raise UsageError("grpo-replay preflight needs the launch to check after it; allowed: " + " | ".join(FORMS))
-    if args.gpu_memory is not None and not args.gpu_memory > 0:
-        raise UsageError(f"--gpu-memory={args.gpu_memory} is invalid; allowed: GiB per GPU, a number > 0")
-    gpu_memory = int(args.gpu_memory * 2**30) if args.gpu_memory else None
+    gpu_memory = gpu_memory_bytes(args.gpu_memory)
     report = resolve(launch, Host.detect(), gpu_memory)
     print(report.render(), flush=True)
     report.raise_if_refused()
     return 0
+
+
+# GiB per GPU a card can have: from a small one to well above the largest sold (141 GB H200, 288 GB B300)
+GPU_GIB = (1.0, 1024.0)
+
+
+def gpu_memory_bytes(text: Optional[str]) -> Optional[int]:
+    """--gpu-memory GIB as bytes (None: not given); UsageError naming it for anything but a card's size."""
+    if text is None:
+        return None
+    try:
+        gib = float(text)
+    except ValueError:
+        gib = math.nan
+    if not GPU_GIB[0] <= gib <= GPU_GIB[1]:  # also nan and inf
+        raise UsageError(f"--gpu-memory={text} is invalid; allowed: GiB per GPU, a number from {GPU_GIB[0]:g} to "
+                         f"{GPU_GIB[1]:g} (e.g. 80 for an H100 80GB)")
+    return int(gib * 2**30)
 
 
 def resolve(launch: list[str], host, gpu_memory):

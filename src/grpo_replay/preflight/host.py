@@ -6,6 +6,7 @@ memory). On a CPU host the launch is planned for another machine: the report say
 driver that build needs. A CUDA build needs a driver at least as new as `MIN_DRIVER` says (NVIDIA's CUDA
 compatibility table, Linux; minor-version compatibility within a major release): torch and vLLM built for CUDA 13
 see no GPU at all on a 535-575 driver, `torch.cuda.is_available()` is False and the first error points elsewhere.
+On such a driver (CUDA 12.x) the route is the CUDA 12.9 builds of both (`cuda12_route`, docs/trl.md#cuda-12-drivers).
 """
 from __future__ import annotations
 
@@ -36,6 +37,22 @@ GPU_STACKS = {
     "main": Stack("2.13.0", "13.0", "0.31.0", "pip install -e '.[app,trl,vllm,tensorboard]' (README.md)"),
     "verl": Stack("2.11.0", "13.0", "the one verl[vllm]==0.9.1 pins", "bash scripts/setup_verl_gpu.sh"),
 }
+
+
+# PyTorch's CUDA 12.9 index and vLLM's own CUDA 12.9 release wheels (vLLM's install guide: the PyPI wheel is the
+# CUDA 13 build; the +cu129 build is a release asset, installed with PyTorch's matching index).
+TORCH_CU129 = "https://download.pytorch.org/whl/cu129"
+VLLM_CU129 = ("https://github.com/vllm-project/vllm/releases/download/v{v}/vllm-{v}+cu129-cp38-abi3-"
+              "manylinux_2_28_x86_64.whl")
+
+
+def cuda12_route(st: Stack) -> str:
+    """The install line that gives `st`'s torch and vLLM as CUDA 12.9 builds (a driver >= 525.60 runs them)."""
+    vllm = st.vllm if st.vllm and st.vllm[0].isdigit() else "VERSION"
+    return (f"pip install torch=={st.torch.split('+')[0]} --index-url {TORCH_CU129}, then vLLM's CUDA 12.9 build: "
+            f"pip install {VLLM_CU129.format(v=vllm.split('+')[0])} --extra-index-url {TORCH_CU129}"
+            + ("" if vllm != "VERSION" else " (VERSION: the vLLM the environment pins)")
+            + " (docs/trl.md#cuda-12-drivers)")
 
 
 @dataclass(frozen=True)
@@ -107,8 +124,10 @@ def check_stack(host: Host, env: str, needs_gpu: bool, gpus_needed: int, report)
     if parse_driver(host.driver) < need:
         report.refuse("NVIDIA driver", f"driver {host.driver} is older than the {need_text} CUDA {st.cuda} builds of "
                       f"torch {st.torch} need: torch.cuda.is_available() would be False",
-                      f"install NVIDIA driver >= {need_text}, or torch built for the driver's CUDA from PyTorch's "
-                      "index (e.g. --index-url https://download.pytorch.org/whl/cu128 for a 570 driver)")
+                      f"install NVIDIA driver >= {need_text}"
+                      + (f", or on a CUDA 12 driver (>= 525.60: 550, 570) the CUDA 12.9 builds of torch and vLLM: "
+                         f"{cuda12_route(st)}" if int(st.cuda.split(".")[0]) >= 13
+                         and parse_driver(host.driver) >= MIN_DRIVER[12] else ""))
     if needs_gpu and host.gpus < gpus_needed:
         report.refuse("GPUs", f"the launch uses {gpus_needed} GPU(s), this host has {host.gpus}",
                       "a host with enough GPUs, or fewer processes / GPUs per node in the launch")

@@ -1,17 +1,18 @@
 """The preflight of a TRL script launch (examples/trl): `accelerate launch [its args] SCRIPT.py --config YAML
 [overrides]` or `python SCRIPT.py ...`.
 
-The launch is resolved with the tools that run it: accelerate's own launch parser and config loader give the
-processes and machines; the script's own `TrlParser` (its dataclasses, read off the script's source) gives its
-`ReplayGRPOConfig` / `ReplayAsyncGRPOConfig` from the YAML and the overrides; the script's own `preflight` (the
-packages it needs) and the trainer's own share check (`integrations/trl/batch_share.py`) judge it.
+The host's driver and stack are checked first (a host whose torch cannot see its GPUs still gets a report). The
+launch is then resolved with the tools that run it (`trl_parse`): accelerate's own launch parser and validation give
+the processes and machines, and the script's `TrlParser` dataclasses (read off its source by `trl_script`; nothing
+of the script runs) parse the YAML and the overrides with the launch's world size, so TRL's own batch checks see the
+real numbers. The packages the script imports, the weights the optimizer will step, the trainer's own share check
+(`integrations/trl/batch_share.py`), memory, seeds and the output folder are judged on the result.
 """
 from __future__ import annotations
 
-import ast
 import importlib.util
+import json
 import math
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -20,72 +21,53 @@ from ..replay_share import realised_share
 from ..trainer import memory
 from .host import Host, check_stack
 from .report import Report
-from .shapes import model_shape
+from .shapes import KNOWN, model_shape
 from .train_run import GIB, target_cards
-
-
-def split_launch(launch: list[str]) -> tuple[int, int, str, list[str]]:
-    """(processes, machines, script, script args) of an `accelerate launch ...` or `python SCRIPT ...` line."""
-    if launch[:2] == ["accelerate", "launch"]:
-        from accelerate.commands.config.config_args import load_config_from_file
-        from accelerate.commands.launch import launch_command_parser
-
-        args = launch_command_parser().parse_args(launch[2:])
-        file_cfg = load_config_from_file(args.config_file) if args.config_file else None
-        processes = args.num_processes or getattr(file_cfg, "num_processes", None) or 1
-        machines = args.num_machines or getattr(file_cfg, "num_machines", None) or 1
-        return int(processes), int(machines), args.training_script, list(args.training_script_args)
-    return 1, 1, launch[1], launch[2:]  # python SCRIPT.py ...
-
-
-def parse_script_args(script: str, argv: list[str], gpu_host: bool) -> tuple:
-    """The script's dataclasses as its own `TrlParser((...))` call builds them from `argv` (on a host without a GPU
-    with `--use_cpu true` added, since transformers validates bf16 against the device; no field read here depends
-    on it)."""
-    from trl import TrlParser
-
-    path = Path(script)
-    names = _parser_dataclasses(path.read_text())
-    spec = importlib.util.spec_from_file_location(f"_preflight_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    sys.path.insert(0, str(path.resolve().parent))  # as for a script run: its folder first on the path
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.resolve().parent))  # defines the script's classes; its main() is not run
-    argv = argv if gpu_host else [*argv, "--use_cpu", "true"]
-    parsed = TrlParser(tuple(getattr(module, n) for n in names)).parse_args_and_config(args=argv)
-    return module, dict(zip(names, parsed))
-
-
-def _parser_dataclasses(source: str) -> list[str]:
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "TrlParser" and node.args:
-            arg = node.args[0]
-            if isinstance(arg, ast.Tuple):
-                return [e.id for e in arg.elts if isinstance(e, ast.Name)]
-    raise ValueError("the script builds no TrlParser((...)) of its dataclasses")
+from .trl_parse import Launch, as_typed, parse_script_args, split_launch
+from .trl_script import LaunchRefused, ScriptSpec, read_script
 
 
 def check_trl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
-    processes, machines, script, argv = split_launch(launch)
     report = Report(" ".join(launch))
-    module, parsed = parse_script_args(script, argv, bool(host.gpus))
-    args = next(v for v in parsed.values() if hasattr(v, "replay_preset"))
+    try:
+        run = split_launch(launch, host.gpus)
+    except LaunchRefused as e:
+        check_stack(host, "main", True, 1, report)
+        report.refuse(e.field, e.problem, e.fix)
+        return report
+    per_node = math.ceil(run.processes / run.machines)
+    check_stack(host, "main", True, per_node, report)
+    report.add("processes", f"{run.processes} process(es) on {run.machines} machine(s): {per_node} GPU(s) per node")
+    for note in run.notes:
+        report.add("processes", note)
+    if launch[:2] != ["accelerate", "launch"] and host.gpus > 1:  # TRL's own check (nn.DataParallel)
+        report.refuse(launch[0], f"one process on a host with {host.gpus} GPUs: Trainer wraps the model in "
+                      "nn.DataParallel, which GRPOTrainer refuses", f"accelerate launch --num_processes {host.gpus} "
+                      f"{' '.join(launch[1:2])} ..., or CUDA_VISIBLE_DEVICES=0 {' '.join(launch[:2])} ...")
+    try:
+        spec = read_script(Path(run.script))
+        parsed = parse_script_args(spec, run)
+        args = _replay_args(parsed, run.script)
+    except LaunchRefused as e:
+        report.refuse(e.field, e.problem, e.fix)
+        return report
+    for note in spec.notes:
+        report.add("script", note)
     model_name = next((getattr(v, "model_name_or_path") for v in parsed.values()
                        if getattr(v, "model_name_or_path", None)), None)
-    per_node = math.ceil(processes / machines)
-    check_stack(host, "main", True, per_node, report)
-    report.add("processes", f"{processes} process(es) on {machines} machine(s): {per_node} GPU(s) per node")
-    _check_packages(module, args, host, report)
-    _check_master_weights(args, report)
+    if model_name is None:
+        report.refuse("--config" if "--config" not in run.argv else "model_name_or_path", "no model to train: "
+                      "model_name_or_path is unset", "--config YAML with model_name_or_path (the recipe's "
+                      "examples/trl/*.yaml), or --model_name_or_path NAME")
+        return report
+    _check_packages(spec, args, host, report)
+    _check_master_weights(args, model_name, run, report)
     async_trainer = not hasattr(args, "steps_per_generation")
-    share = _check_share(args, processes, async_trainer, report)
+    share = _check_share(args, run.processes, async_trainer, report)
     _check_memory(args, model_name, share, async_trainer, host, gpu_memory, report)
     report.add("seeds", f"seed {args.seed} (data order, sampling); replay buffer seed "
                         f"{args.replay_seed if args.replay_seed is not None else args.seed} + process index")
-    _check_output_dir(args, report)
+    _check_output_dir(args, report, run.argv)
     data = next((v for v in parsed.values() if hasattr(v, "dataset_name")), None)
     if data is not None:
         report.add("data", f"{data.dataset_name} (split {data.dataset_split}): a Hugging Face dataset the script loads "
@@ -93,27 +75,69 @@ def check_trl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -
     return report
 
 
-def _check_packages(module, args, host: Host, report: Report) -> None:
-    """The script's own `preflight`: packages it needs and lacks. On a CPU host (vLLM is GPU only) they are what
-    the GPU host must have."""
-    missing = module.preflight(args) if hasattr(module, "preflight") else []
-    for line in missing:
+def _replay_args(parsed: dict, script: str):
+    args = next((v for v in parsed.values() if hasattr(v, "replay_preset")), None)
+    if args is None:
+        raise LaunchRefused(script, f"its TrlParser builds {', '.join(parsed)}: no ReplayGRPOConfig or "
+                            "ReplayAsyncGRPOConfig, so no replay settings to check", "parse a ReplayGRPOConfig "
+                            "(ReplayGRPOTrainer) or ReplayAsyncGRPOConfig (ReplayAsyncGRPOTrainer), as examples/trl do")
+    return args
+
+
+# import name -> the grpo-replay extra that installs it; report_to name -> the module transformers imports
+EXTRAS = {"math_verify": "app", "datasets": "app", "transformers": "app", "accelerate": "app", "yaml": "app",
+          "trl": "trl", "vllm": "vllm", "tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
+            "comet_ml": "comet_ml", "clearml": "clearml", "swanlab": "swanlab"}
+
+
+def _check_packages(spec: ScriptSpec, args, host: Host, report: Report) -> None:
+    """What the launch imports and this environment lacks: the script's imports (not under try/except), vLLM for
+    use_vllm, and the report_to trackers. On a CPU host (vLLM is GPU only) they are what the GPU host must have."""
+    needs = {m: f"the script imports `{m}`" for m, optional in spec.imports.items() if not optional}
+    if getattr(args, "use_vllm", False):
+        needs.setdefault("vllm", "use_vllm needs `vllm`")
+    for name in args.report_to or []:
+        if name in TRACKERS:
+            needs.setdefault(TRACKERS[name], f"report_to {name} needs `{TRACKERS[name]}`")
+    for module, why in needs.items():
+        if importlib.util.find_spec(module) is not None:
+            continue
+        extra = EXTRAS.get(module)
+        line = f"{why}: " + (f"pip install -e '.[{extra}]' in the grpo-replay checkout" if extra
+                             else f"pip install the package that provides `{module}`")
         if host.torch_cuda:
             report.refuse("packages", line, "install it as the line says")
         else:
             report.add("software", f"the GPU host needs: {line}")
 
 
-def _check_master_weights(args, report: Report) -> None:
+def _check_master_weights(args, model_name: str, run: Launch, report: Report) -> None:
     """The weights the optimizer updates must be float32: TRL's bf16=True is autocast over them. Loaded in bf16
-    (the async config's `dtype`, or `model_init_kwargs`), AdamW's updates at an RL learning rate mostly round away
-    while the run logs as usual."""
-    dtype = getattr(args, "dtype", None) or (getattr(args, "model_init_kwargs", None) or {}).get("dtype")
-    if str(dtype).replace("torch.", "") in ("bfloat16", "float16"):
-        key = "dtype" if getattr(args, "dtype", None) else "model_init_kwargs.dtype"
-        report.refuse(key, f"{dtype} weights are what AdamW updates (no float32 master copy): at learning_rate="
-                      f"{args.learning_rate:g} most updates round away", "dtype: float32 with bf16: true (autocast "
-                      "over float32 weights)")
+    (the async config's `dtype`, or `model_init_kwargs`; "auto" takes the checkpoint's), AdamW's updates at an RL
+    learning rate mostly round away while the run logs as usual. FSDP2 with mixed precision and DeepSpeed keep a
+    float32 master copy (integrations/trl/master_weights.py)."""
+    kwargs = getattr(args, "model_init_kwargs", None) or {}
+    on_cli = as_typed("model_init_kwargs", run.argv).startswith("--")
+    key = as_typed("dtype", run.argv) if getattr(args, "dtype", None) else (
+        "--model_init_kwargs" if on_cli else "model_init_kwargs.dtype")
+    dtype = str(getattr(args, "dtype", None) or kwargs.get("dtype") or "float32").replace("torch.", "")
+    if dtype == "auto":
+        dtype = _checkpoint_dtype(model_name)
+    if dtype not in ("bfloat16", "float16") or (run.fsdp2 and run.mixed_precision != "no") or run.deepspeed:
+        return
+    report.refuse(key, f"{dtype} weights are what AdamW updates (no float32 master copy): at learning_rate="
+                  f"{args.learning_rate:g} most updates round away", "dtype: float32 with bf16: true (autocast over "
+                  "float32 weights), or an FSDP2 / DeepSpeed accelerate config (float32 master weights)")
+
+
+def _checkpoint_dtype(model_name: str) -> str:
+    """The dtype transformers' "auto" loads: the local config.json's, bfloat16 for the known Qwen3 checkpoints."""
+    config = Path(model_name).expanduser() / "config.json"
+    if config.is_file():
+        c = json.loads(config.read_text())
+        return str(c.get("dtype") or c.get("torch_dtype") or "float32")
+    return "bfloat16" if model_name in KNOWN else "unknown"
 
 
 def _check_share(args, processes: int, async_trainer: bool, report: Report):
@@ -138,7 +162,7 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
     try:
         from ..integrations.trl.batch_share import check_share
 
-        share = check_share(args, cfg, 1)  # args resolved in this one process: its batch is one process's
+        share = check_share(args, cfg, processes)  # args parsed with the launch's world size
     except UsageError as e:
         report.refuse_error(e, field_name="per_device_train_batch_size / steps_per_generation")
         share = realised_share(fresh, cfg, args.steps_per_generation)
@@ -181,7 +205,7 @@ def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_
                 "gradient_checkpointing, or a larger card")
 
 
-def _check_output_dir(args, report: Report) -> None:
+def _check_output_dir(args, report: Report, argv: list[str]) -> None:
     out = Path(args.output_dir)
     ckpts = sorted(out.glob(TRL_CHECKPOINT_PREFIX + "*"), key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
     resume = getattr(args, "resume_from_checkpoint", None)
@@ -189,9 +213,11 @@ def _check_output_dir(args, report: Report) -> None:
         there = Path(resume).is_dir()
         report.add("checkpoints", f"{out}: RESUMES from {resume}" + ("" if there else " (missing)"))
         if not there:
-            report.refuse("resume_from_checkpoint", f"{resume} does not exist", "a checkpoint-N folder of the run")
+            report.refuse(as_typed("resume_from_checkpoint", argv), f"{resume} does not exist",
+                          "a checkpoint-N folder of the run")
     elif ckpts:
-        report.refuse("output_dir", f"{out} holds {ckpts[-1].name} of an earlier run, and the script starts over "
+        report.refuse(as_typed("output_dir", argv), f"{out} holds {ckpts[-1].name} of an earlier run, and the script "
+                      "starts over "
                       "(resume_from_checkpoint unset), writing its checkpoints among them",
                       f"--resume_from_checkpoint {ckpts[-1]} to continue it, or a new --output_dir")
     else:

@@ -54,6 +54,7 @@ from ...session import ReplaySession
 from ...tally import KINDS, Tally
 from .batch_share import check_share
 from .replay_fields import resolve_replay_config
+from .master_weights import check_trainer_master_weights
 from .records import LossCapture, QueuedGeneration
 from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check, token_rows
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
@@ -86,6 +87,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         targs = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments.get("args")
         replay_config = resolve_replay_config("ReplayGRPOTrainer", targs, replay_config)  # before TRL loads anything
         super().__init__(*args, **kwargs)
+        check_trainer_master_weights(self)
         self.replay_config = replay_config
         # The share TRL's split leaves: refused here, before training, when it trims planned replay rows.
         self.replay_share = check_share(self.args, replay_config, self.accelerator.num_processes)
