@@ -10,6 +10,7 @@ face).
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def _targets(node: ast.AST, package: list[str], modules: set[str]) -> list[str]:
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
 
 
+@functools.lru_cache(maxsize=None)  # read once per process: the package does not change during a run
 def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
     """{module: the package's modules it imports anywhere in its file} over every .py file under `pkg`."""
     files = {module_name(p, pkg): p for p in sorted(pkg.rglob("*.py"))}
