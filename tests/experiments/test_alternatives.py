@@ -5,6 +5,7 @@ import json
 import pytest
 
 from grpo_replay.experiments import alternatives as alt
+from grpo_replay.experiments import axis_runs
 
 
 def _run(accs, seed=0, rows=10, passes=None, step_s=2.0, drift_s=0.5, per_eval=5, rollouts_per_step=100):
@@ -13,7 +14,7 @@ def _run(accs, seed=0, rows=10, passes=None, step_s=2.0, drift_s=0.5, per_eval=5
     metrics = [{"step": k, "update_rows": rows, "time/step_s": step_s, "time/drift_s": drift_s,
                 **({"epochs/passes": passes} if passes else {})} for k in range(1, steps + 1)]
     evals = [{"step": i * per_eval, "generated": i * per_eval * rollouts_per_step, "acc_sampled": a} for i, a in enumerate(accs)]
-    return alt.run_axes(evals, metrics, seed)
+    return axis_runs.run_axes(evals, metrics, seed)
 
 
 def test_axes_count_every_pass_and_leave_the_drift_probe_out():
@@ -85,11 +86,11 @@ def test_paired_differences_are_taken_at_the_largest_budget_both_arms_reach_on_e
     # grpo ends at 1000 rollouts; dapo generates 4x per step and ends at 4000: they are compared at 1000
     grpo = {0: _run([0.1, 0.2, 0.3], seed=0), 1: _run([0.1, 0.2, 0.4], seed=1)}
     dapo = {0: _run([0.1, 0.5, 0.6], seed=0, rollouts_per_step=400), 1: _run([0.1, 0.3, 0.5], seed=1, rollouts_per_step=400)}
-    assert alt.equal_budget(dapo, grpo, "generated") == 1000
-    p = alt.paired_at(dapo, grpo, "generated")
+    assert axis_runs.equal_budget(dapo, grpo, "generated") == 1000
+    p = axis_runs.paired_at(dapo, grpo, "generated")
     # dapo at 1000 rollouts: halfway to its first evaluation (2000): seed 0 0.3, seed 1 0.2
     assert p["x"] == 1000 and p["n"] == 2 and p["mean"] == pytest.approx(((0.3 - 0.3) + (0.2 - 0.4)) / 2)
-    assert alt.paired_at(dapo, grpo, "generated", x=5000)["mean"] is None  # beyond dapo's end: no value
+    assert axis_runs.paired_at(dapo, grpo, "generated", x=5000)["mean"] is None  # beyond dapo's end: no value
 
 
 def test_the_preset_rule_needs_all_three_parts(tmp_path):

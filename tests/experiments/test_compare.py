@@ -25,6 +25,7 @@ def quick_out(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_outputs_exist(quick_out):
     rep = quick_out / "report"
     for name in ("report.md", "results.json", "results.csv", "runs.csv", "tau_max.png",
@@ -39,6 +40,7 @@ def test_outputs_exist(quick_out):
     assert f"Code: commit `{prov['commit']}`, grpo-replay {prov['grpo_replay']}, torch {prov['torch']}" in md
 
 
+@pytest.mark.slow
 def test_numbers_consistent(quick_out):
     res = json.loads((quick_out / "report" / "results.json").read_text())
     assert res["missing_runs"] == []
@@ -67,6 +69,7 @@ def test_numbers_consistent(quick_out):
     assert gen["grpo_cm"] == pytest.approx(1.5 * gen["grpo"]) and gen["paper"] == gen["grpo"]
 
 
+@pytest.mark.slow
 def test_pass_at_k_matches_metric_code(quick_out):
     run_dir = next((quick_out / "runs" / "paper").glob("seed0-*"))
     final = [json.loads(l) for l in (run_dir / "evals.jsonl").read_text().splitlines()][-1]
@@ -76,6 +79,7 @@ def test_pass_at_k_matches_metric_code(quick_out):
     assert _close(run.pass_at([2])[2], final["pass@k"]["2"])
 
 
+@pytest.mark.slow
 def test_rerun_skips_and_resumes(quick_out, capsys):
     summaries = sorted((quick_out / "runs").glob("*/*/summary.json"))
     res = json.loads((quick_out / "report" / "results.json").read_text())
@@ -262,6 +266,7 @@ def test_mde_with_one_seed_is_n_a_not_a_crash():
     assert "MDE n/a" in length["evidence"][0] and "mde" in length["numbers"]["len_correct_rel"]
 
 
+@pytest.mark.slow
 def test_report_shows_mde_beside_each_claim_ci(quick_out):
     res = json.loads((quick_out / "report" / "results.json").read_text())
     assert res["power"] == 0.8

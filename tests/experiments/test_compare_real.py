@@ -71,6 +71,7 @@ def _run_dirs(out):
     return {arm: sorted((out / "runs" / arm).iterdir()) for arm in ("grpo", "paper")}
 
 
+@pytest.mark.slow
 def test_every_stage_ran_and_the_table_has_every_arm_and_benchmark(real_out):
     _, out = real_out
     bs = BenchSettings(n=2, ks=(1, 2), max_new_tokens=16, limit=1)
@@ -112,6 +113,7 @@ def test_every_stage_ran_and_the_table_has_every_arm_and_benchmark(real_out):
     assert (out / "report" / "paper_table.csv").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_redoing_anything(real_out, capsys):
     model, out = real_out
     before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/bench/*.json") if p.name != PRUNED}
@@ -124,6 +126,7 @@ def test_rerun_resumes_without_redoing_anything(real_out, capsys):
     assert res["run_info"]["ran"] == 0 and res["run_info"]["eval"]["evaluated"] == 0
 
 
+@pytest.mark.slow
 def test_a_new_benchmark_setting_after_the_checkpoint_was_deleted_fails_clearly(real_out, capsys):
     model, out = real_out
     rc = main(_argv(model, out, "--eval-temperature", "0.7"))  # a new settings key: every benchmark is missing

@@ -3,6 +3,8 @@ continued run equals an uninterrupted one, waits for its source within one invoc
 it was; a run that differs in anything but its length is not continued."""
 import json
 
+import pytest
+
 from helpers import read_jsonl, train_metrics, without_times
 
 from grpo_replay.experiments import continuation, jobs, stats
@@ -13,6 +15,7 @@ def _sched(tiny):
     return {**tiny, "eval_every": 2, "checkpoint_every": 2, "steps": 4}
 
 
+@pytest.mark.slow
 def test_a_longer_run_continues_the_shorter_one_and_equals_an_uninterrupted_run(tiny_overrides, tmp_path):
     base = _sched(tiny_overrides)
     arms = [Arm("grpo", "GRPO", {"preset": "grpo"}), Arm("grpo_long", "GRPO, 6 steps", {"preset": "grpo", "steps": 6})]

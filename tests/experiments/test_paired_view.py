@@ -63,6 +63,7 @@ def test_run_regime_reads_step_means_totals_and_last_values(tmp_path):
     assert g["drift/kl_tau"] is None and g["replay/drift_mean"] is None
 
 
+@pytest.mark.slow
 def test_the_report_has_a_paired_section_and_plot(tmp_path):
     out = tmp_path / "c"
     assert main(["compare", "--quick", "--out", str(out), "--jobs", "2", "--no-progress", "--comparisons", "main",

@@ -117,6 +117,7 @@ def test_dry_run_plans_every_size(tmp_path, capsys):
     assert out.count("todo") == 3 * 2 * 2
 
 
+@pytest.mark.slow
 def test_a_real_series_end_to_end(tmp_path, capsys):
     """Three real (tiny-budget) compares through the command, then the series report from their files."""
     budget = ["--set", "steps=2", "--set", "prompts_per_step=4", "--set", "group_size=4", "--set", "eval_every=2",

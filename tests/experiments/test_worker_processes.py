@@ -14,6 +14,7 @@ def _pids(fresh: bool, tasks: int = 3) -> list[int]:
         return [pool.submit(os.getpid).result() for _ in range(tasks)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="max_tasks_per_child needs Python 3.11")
 def test_fresh_pool_runs_each_task_in_a_new_process():
     assert len(set(_pids(fresh=True))) == 3

@@ -334,6 +334,7 @@ def _worker(out_dir: str) -> None:
     Path(out_dir, f"rank{state.process_index}.json").write_text(json.dumps(rec))
 
 
+@pytest.mark.slow
 def test_two_processes_accelerate_gloo(tmp_path):
     """`accelerate launch --multi_gpu --num_processes 2` on a machine without GPUs runs torchrun with gloo
     (`--cpu` would fall back to a single process); the TRL config has use_cpu=True."""

@@ -19,6 +19,7 @@ def _samples(record, replay):
     return [s for s in record["samples"] if bool(s["replay_is_replay"]) == replay]
 
 
+@pytest.mark.slow
 def test_ages_share_replayed_fields_and_rows(tmp_path):
     # 12 samples a step (4 x 3 micro-batches): 8 fresh + 4 replayed; ages bounded by min(tau_max=3, max_staleness=4).
     # A step's samples are storable two chunks later (the dataloader composes one step ahead of the update).
@@ -55,6 +56,7 @@ def test_ages_share_replayed_fields_and_rows(tmp_path):
     assert all(row["replay/age_bound"] == 3 for row in logs)
 
 
+@pytest.mark.slow
 def test_fill_filtered_replaces_zero_variance_samples(tmp_path):
     # A third of the prompts score 1.0 for every completion: their samples are replaced by replay rows.
     t = make_async_trainer(tmp_path, reward=reward_some_flat, max_steps=6, replay_fill_filtered=True, max_staleness=8)
@@ -75,6 +77,7 @@ def test_fill_filtered_replaces_zero_variance_samples(tmp_path):
     assert len(st) and (st.col("group_std")[st.valid_slots()] > 0).all()  # no zero-variance row is ever stored
 
 
+@pytest.mark.slow
 def test_replay_off_is_plain_async_grpo(tmp_path):
     a = make_async_trainer(tmp_path / "a", max_steps=3, replay_preset="grpo")
     a.train()
@@ -86,6 +89,7 @@ def test_replay_off_is_plain_async_grpo(tmp_path):
     assert loss(a) == loss(b)
 
 
+@pytest.mark.slow
 def test_resume_continues_with_the_same_buffer(tmp_path):
     kw = dict(max_steps=5, save_strategy="steps", save_steps=2, replay_warmup_steps=1)
     a = make_async_trainer(tmp_path / "a", **kw)
@@ -104,6 +108,7 @@ def test_resume_continues_with_the_same_buffer(tmp_path):
     assert len(a.replay_composer.buffer) == len(b.replay_composer.buffer)
 
 
+@pytest.mark.slow
 def test_token_budget_rows_within_budget(tmp_path):
     t = make_async_trainer(tmp_path, token_budget=40, max_steps=4, replay_max_uses=1)
     t.train()

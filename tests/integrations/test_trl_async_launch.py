@@ -47,6 +47,7 @@ def _worker(out_dir: str) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(records))
 
 
+@pytest.mark.slow
 def test_two_processes_uneven_filtering(tmp_path):
     from test_trl import make_model
 

@@ -41,6 +41,7 @@ def test_tight_bound_drops_every_replayed_sample_and_no_fresh_one(tmp_path, batc
         assert _loss_tokens(fresh) < _loss_tokens(h["samples"]) or not h["replay_rows"]
 
 
+@pytest.mark.slow
 def test_loose_bound_drops_nothing_and_keeps_the_records_of_a_run_without_it(tmp_path):
     loose = make_async_trainer(tmp_path / "a", max_steps=4, replay_max_drift=100.0)
     loose.train()

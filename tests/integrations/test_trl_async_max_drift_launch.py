@@ -85,6 +85,7 @@ def _micro_batches(calls: list[dict]) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_two_processes_tight_bound_drops_replayed_samples_on_every_rank(tmp_path):
     from test_trl import make_model
 

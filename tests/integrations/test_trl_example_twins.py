@@ -76,6 +76,7 @@ def test_sync_example_twin(tmp_path, monkeypatch):
     assert paper.args.seed == grpo.args.seed == 0 and paper.replay_config is not None
 
 
+@pytest.mark.slow
 def test_async_example_twin(tmp_path, monkeypatch):
     from grpo_replay.integrations.trl.async_local import CopyWeightTransfer, InProcessRolloutWorker, \
         enable_cpu_async_grpo

@@ -65,6 +65,7 @@ def _worker(out_dir: str) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(records))
 
 
+@pytest.mark.slow
 def test_fsdp2_sharded_policy_each_preset(tmp_path):
     from test_trl import make_model
 

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from grpo_replay.loss import LossConfig
+from grpo_replay.session import over_drift_bound
+from grpo_replay.trainer import drift_bound
 from grpo_replay.trainer.logprobs import token_logps
 from grpo_replay.trainer.loop import _update
 from helpers import ToyLM, make_batch
@@ -49,3 +51,29 @@ def test_an_update_whose_every_row_drifted_does_not_step():
     after, stats = _step(rep, "token_mean", max_drift=1.0, micro=None)
     assert stats["loss"] is None and stats["finite"] and bool(stats["drift_dropped"].all())
     assert torch.equal(before, after)
+
+
+def _bound_on(monkeypatch, drift: torch.Tensor, is_replay: torch.Tensor, bound: float) -> torch.Tensor:
+    """The rows `DriftBound.apply` drops when the measured drift is `drift`."""
+    monkeypatch.setattr(drift_bound, "replay_drift", lambda logps, part: drift)
+    part = make_batch(2, 4, seed=0)
+    part.is_replay = is_replay
+    return drift_bound.DriftBound(bound).apply(part, torch.zeros(len(part), 1)).completion_mask.sum(1).eq(0)
+
+
+def test_a_row_exactly_at_the_bound_stays_as_the_core_rule_says(monkeypatch):
+    """The bound is the core's `over_drift_bound` (strictly above, replayed rows only), not a copy of it: on a tie,
+    just above, and on a fresh row above, the update drops exactly the rows that rule names."""
+    bound = 0.25
+    drift = torch.tensor([0.0, bound, float(torch.nextafter(torch.tensor(bound), torch.tensor(1.0))), 0.9] * 2)
+    is_replay = torch.tensor([True] * 4 + [False] * 4)
+    assert over_drift_bound(is_replay, drift, bound).tolist() == [False, False, True, True] + [False] * 4
+    assert _bound_on(monkeypatch, drift, is_replay, bound).tolist() == over_drift_bound(is_replay, drift, bound).tolist()
+
+
+def test_the_update_calls_the_core_rule(monkeypatch):
+    """Another rule in the core's place (>= instead of >) changes which rows the update drops: it asks the core."""
+    bound = 0.25
+    drift = torch.tensor([bound] * 8)
+    monkeypatch.setattr(drift_bound, "over_drift_bound", lambda r, d, b: r.cpu() & (d.cpu() >= b))
+    assert _bound_on(monkeypatch, drift, torch.tensor([True] * 4 + [False] * 4), bound).tolist() == [True] * 4 + [False] * 4

@@ -90,6 +90,7 @@ def test_a_finished_trl_run_without_checkpoints_is_not_trained_over(tiny_overrid
             == {k: v for k, v in before.items() if k not in rewritten})
 
 
+@pytest.mark.slow
 def test_a_trl_run_stopped_and_resumed_has_the_uninterrupted_run_s_summary(runs, tiny_overrides, tmp_path,
                                                                            monkeypatch):
     from grpo_replay.integrations.trl import ReplayGRPOTrainer

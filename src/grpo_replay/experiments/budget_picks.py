@@ -8,20 +8,14 @@ runner-up includes 0 is a tie at this number of seeds, and the table says so.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .axis_runs import AxisRun, paired_at
 from .markdown import table
 from .stats import ci, format_ci, interp
 
-if TYPE_CHECKING:
-    from .alternatives import AxisRun
 
-
-def picks(runs: "dict[str, dict[int, AxisRun]]", axis: str) -> list[dict]:
+def picks(runs: dict[str, dict[int, AxisRun]], axis: str) -> list[dict]:
     """One row per budget x on `axis` (each arm's end, ascending): {"x", "arms" (measured there on every seed), "best",
     "acc" (its ci), "runner_up", "diff" (best - runner-up, paired) or None with one arm}."""
-    from .alternatives import paired_at
-
     ends = sorted({min(r.xs[axis][-1] for r in rs.values()) for rs in runs.values() if rs})
     out = []
     for x in ends:

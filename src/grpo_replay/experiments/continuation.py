@@ -22,23 +22,22 @@ from typing import Optional
 
 from ..app import configio
 from ..app.run_files import CONFIG, CONTINUED, LOCK, SUMMARY
+from ..trainer.rundir import RunDir
+from ..trainer.train_config import resolve
+from .run_hash import UNHASHED
 
 _NOT_COPIED = (SUMMARY, LOCK)
 
 
 def lineage(overrides: dict) -> str:
     """A hash of the resolved config without `_same_run_except()`: runs with equal lineage differ only in length."""
-    from ..trainer.train_config import resolve
-
     return _digest(configio.flatten(resolve(overrides).to_dict()))
 
 
 def _same_run_except() -> tuple[str, ...]:
     """Keys that may differ between a run and the shorter run it continues: `steps` and the keys no run's results
-    depend on (`jobs.UNHASHED`; each is also a trainer `RESUMABLE_KEYS` key, so the trainer accepts the resume);
+    depend on (`run_hash.UNHASHED`; each is also a trainer `RESUMABLE_KEYS` key, so the trainer accepts the resume);
     every other key, eval_every and drift_probe included, must be equal."""
-    from .jobs import UNHASHED  # jobs imports this module
-
     return ("steps", *UNHASHED)
 
 
@@ -49,8 +48,6 @@ def _digest(flat: dict) -> str:
 
 
 def _saved_lineage(run_dir: Path) -> Optional[str]:
-    from ..trainer.train_config import resolve
-
     try:
         return _digest(configio.flatten(resolve(yaml_path=str(run_dir / CONFIG)).to_dict()))
     except (OSError, ValueError, TypeError):
@@ -60,8 +57,6 @@ def _saved_lineage(run_dir: Path) -> Optional[str]:
 def find_source(run_dir: Path, seed: int, key: str, steps: int, eval_every: int) -> Optional[Path]:
     """The finished run with the most steps below `steps` among `<out>/runs/*/seed<seed>-*` (any arm: an arm that
     only runs longer has its own name) whose lineage is `key` and which can be continued; None when there is none."""
-    from ..trainer.rundir import RunDir
-
     best, best_steps = None, 0
     for cand in sorted(Path(run_dir).parent.parent.glob(f"*/seed{seed}-*")):
         if cand == Path(run_dir) or not (cand / SUMMARY).is_file():

@@ -3,15 +3,14 @@
 Each run is one `grpo_replay.trainer.loop.train` call in a worker process (spawned, one torch thread each).
 Warm starts are computed first, one per distinct testbed config, so no two workers ever train the same warm start.
 A run whose directory holds `summary.json` is finished and skipped; an unfinished one is resumed by the trainer
-from its last checkpoint. The run directory name carries a hash of the resolved config, so changing any setting
-(or a testbed default) starts fresh runs instead of silently reusing stale ones. A new run that only runs longer
-than a finished one (same config but `steps`) continues it (`continuation.py`); it waits while that shorter run is
-still to do in the same invocation.
+from its last checkpoint. The run directory name carries a hash of the resolved config (`run_hash.py`), so changing
+any setting (or a testbed default) starts fresh runs instead of silently reusing stale ones. A new run that only runs
+longer than a finished one (same config but `steps`) continues it (`continuation.py`); it waits while that shorter
+run is still to do in the same invocation.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -23,24 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..app import configio
 from ..app.run_files import CONFIG, METRICS, SUMMARY, TRAIN_LOG
 from ..errors import ConfigError
-from . import continuation
+from ..trainer.train_config import resolve
+from . import continuation, run_hash
 from .arms import Arm, seed_overrides
-
-# Keys that change nothing a run computes or writes into its results, only where its files go, where the warm start
-# is cached, what is printed while it runs and which trackers get a copy of its rows: excluded from the run-directory
-# hash, and from the settings a report says its runs share (a reused run may have had other values). A tracker
-# asked for that a started run lacks is refused (`_refuse_missing_trackers`): its logs cannot be added afterwards.
-UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every", "report_to")
-# Keys hashed only away from their default: a run that leaves them alone computes what a run made before they existed
-# did (the update and the generation are the same code path), so it keeps that run's hash and directory.
-# drift_probe adds the drift/* columns: a run without them lacks what was asked.
-_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10, "drift_probe": 0}
-# Hashed only since then: a finished run under the hash without them is reused when its config holds the values asked.
-_HASHED_LATER = ("drift_probe",)
-
 
 @dataclass
 class RunSpec:
@@ -67,20 +53,6 @@ class RunSpec:
             return 0
 
 
-def config_hash(overrides: dict, unhashed: tuple[str, ...] = UNHASHED) -> str:
-    """Short hash of the fully resolved TrainConfig (defaults included), minus keys that do not change results."""
-    from ..trainer.train_config import resolve
-
-    flat = configio.flatten(resolve(overrides).to_dict())
-    for k in unhashed:
-        flat.pop(k, None)
-    for k, default in _HASHED_WHEN_SET.items():
-        if flat.get(k) == default:
-            flat.pop(k)
-    blob = json.dumps(flat, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:8]
-
-
 def plan(
     arms: list[Arm], seeds: list[int], base_overrides: dict, out: Path, cache_dir: Optional[str] = None
 ) -> list[RunSpec]:
@@ -91,7 +63,7 @@ def plan(
             ov = {**base_overrides, **arm.overrides, **seed_overrides(seed), "progress": False}
             if cache_dir:
                 ov["testbed.cache_dir"] = str(cache_dir)
-            run_dir = _run_dir(out / "runs" / arm.name, seed, ov)
+            run_dir = run_hash.run_dir(out / "runs" / arm.name, seed, ov)
             ov["out_dir"] = str(run_dir)
             _check_backend(ov)
             specs.append(RunSpec(arm.name, seed, ov, run_dir, int(ov["steps"]), continuation.lineage(ov)))
@@ -102,8 +74,6 @@ def plan(
 def _refuse_missing_trackers(specs: list[RunSpec]) -> None:
     """ConfigError when a planned run already started (its config.yaml is there) without a tracker now asked for:
     the run would be reused or resumed, and the tracker would miss its earlier rows."""
-    from ..trainer.train_config import resolve
-
     lacking = []
     for s in specs:
         asked = set(resolve(s.overrides).report_to.split(",")) - {"none"}
@@ -123,28 +93,9 @@ def _refuse_missing_trackers(specs: list[RunSpec]) -> None:
             "the trackers those runs were made with, or a new --out for runs made with them")
 
 
-def _run_dir(arm_dir: Path, seed: int, overrides: dict) -> Path:
-    """seed{seed}-{hash}; a run made before `_HASHED_LATER` were hashed is found under the older hash and reused
-    when its config.yaml holds the values asked for."""
-    from ..trainer.train_config import resolve
-
-    new = arm_dir / f"seed{seed}-{config_hash(overrides)}"
-    old = arm_dir / f"seed{seed}-{config_hash(overrides, UNHASHED + _HASHED_LATER)}"
-    if old == new or new.exists() or not (old / CONFIG).is_file():
-        return new
-    try:
-        made = resolve(yaml_path=str(old / CONFIG)).flat()
-    except (ValueError, TypeError, RecursionError):  # unreadable: the run is not reused
-        return new
-    asked = resolve(overrides).flat()
-    return old if all(made[k] == asked[k] for k in _HASHED_LATER) else new
-
-
 def _check_backend(overrides: dict) -> None:
     """A setting the run's backend refuses is a ConfigError here, before any run or warm start (in a worker it
     would only fail that run, after the warm starts)."""
-    from ..trainer.train_config import resolve
-
     cfg = resolve(overrides)
     if cfg.backend == "trl":
         from ..trainer.trl import settings as trl_settings
@@ -154,8 +105,6 @@ def _check_backend(overrides: dict) -> None:
 
 def uses_gpu(overrides: dict) -> bool:
     """Whether the run trains on a GPU or generates with vLLM: then it gets a worker process of its own."""
-    from ..trainer.train_config import resolve
-
     cfg = resolve(overrides)
     return cfg.generator == "vllm" or gpu_device(cfg.device)
 
@@ -197,8 +146,6 @@ def _init_worker() -> None:
 
 def _warm_one(overrides: dict) -> str:
     from ..tasks.testbed import warm_start
-    from ..trainer.train_config import resolve
-
     tb = resolve(overrides).testbed
     _, _, info = warm_start(tb, progress=False)
     return str(info.get("cache_path", ""))
@@ -206,7 +153,6 @@ def _warm_one(overrides: dict) -> str:
 
 def _train_one(overrides: dict) -> dict:
     from ..trainer import rundir
-    from ..trainer.train_config import resolve
     from ..trainer.loop import train
     from ..trainer.trl.backend import train_with_trl
 
@@ -297,7 +243,6 @@ def execute(specs: list[RunSpec], jobs: int, progress: bool = True, poll_s: floa
 def _warm_starts(pool: ProcessPoolExecutor, todo: list[RunSpec], prog: _Progress) -> None:
     """Compute (or load) each distinct warm start once, in parallel, before any run needs it."""
     from ..tasks.testbed.warmstart import is_complete
-    from ..trainer.train_config import resolve
 
     distinct: dict[str, dict] = {}
     for s in todo:
@@ -352,8 +297,6 @@ def _continue_shorter(s: RunSpec, prog: "_Progress") -> None:
     """Seed a new run's directory from the finished shorter run it continues, if there is one."""
     if s.run_dir.exists():
         return  # begun already: the trainer resumes its own checkpoint
-    from ..trainer.train_config import resolve
-
     source = continuation.find_source(s.run_dir, s.seed, s.lineage, s.steps, resolve(s.overrides).eval_every)
     if source is not None:
         continuation.continue_from(source, s.run_dir)

@@ -15,7 +15,8 @@ from .final_eval import BenchSettings
 from . import alternatives, contrasts, paired_view
 from .markdown import count as _k, table as _table
 from .claims import check_claims
-from .jobs import UNHASHED, RunSpec
+from .jobs import RunSpec
+from .run_hash import UNHASHED
 from .stats import CONFIDENCE, POWER, ArmStats, Run, arm_stats, choose_budgets, curve_grid, format_ci, format_diff, load_run
 
 
@@ -82,7 +83,7 @@ def _load_runs(specs: list[RunSpec]) -> tuple[dict[str, list[Run]], list[str]]:
 
 def shared_settings(specs: list[RunSpec]) -> dict[str, Any]:
     """The overrides every planned run has with one value (an arm's or a seed's own are not shared), minus the keys
-    that change nothing in a run's results (`jobs.UNHASHED`): what the report can say of every run it reads."""
+    that change nothing in a run's results (`run_hash.UNHASHED`): what the report can say of every run it reads."""
     if not specs:
         return {}
     first = specs[0].overrides

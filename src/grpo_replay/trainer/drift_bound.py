@@ -3,8 +3,8 @@ pass, mask the rows above the bound out of the loss, and renormalise the accumul
 the loss over the rows kept (as if the dropped rows had never been in the batch).
 
 The measure is `loss.replay_drift` (mean per-token k3 estimate of KL(behaviour || current)); it costs no
-extra forward pass. The loop has the session evict the dropped rows (`ReplaySession.evict_drifted`) and log them
-(`Tally`).
+extra forward pass. Which rows are above the bound is the core's `session.over_drift_bound`, as in every engine.
+The loop has the session evict the dropped rows (`ReplaySession.evict_drifted`) and log them (`Tally`).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from ..loss import replay_drift
 from ..rollout import RolloutBatch
+from ..session import over_drift_bound
 
 
 class DriftBound:
@@ -29,7 +30,7 @@ class DriftBound:
         dropped (their drift is 0: these parameters generated them)."""
         self.tokens.append(part.completion_mask.ne(0).sum(1).cpu())
         drift = replay_drift(logps, part)
-        dropped = part.is_replay.to(drift.device) & (drift > self.bound)
+        dropped = over_drift_bound(part.is_replay, drift, self.bound).to(drift.device)
         if bool(dropped.any()):
             # a field replaced, not written in place: the micro-batch's tensors are views of the composed batch's
             part.completion_mask = part.completion_mask.ne(0) & ~dropped.unsqueeze(1)

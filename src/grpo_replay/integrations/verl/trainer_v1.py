@@ -33,6 +33,7 @@ import torch
 
 from ... import metric_names as mn
 from ...loss import token_drift
+from ...session import over_drift_bound
 from ...tally import Tally
 from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present, resume_folder, stale_buffer_folders,
                           step_folder)
@@ -146,8 +147,8 @@ class ReplayV1Mixin:
         per_key = dict(zip(once, token_drift(pad(current).float(), pad(data["old_log_probs"].unbind()).float(),
                                              pad(masks)).tolist()))
         drift = torch.tensor([per_key[k] for k in keys], dtype=torch.float32)
-        dropped = drift > store.config.max_drift
-        gone = [k for k in once if per_key[k] > store.config.max_drift]
+        dropped = over_drift_bound(torch.ones(len(keys), dtype=torch.bool), drift, store.config.max_drift)
+        gone = list(dict.fromkeys(k for k, d in zip(keys, dropped.tolist()) if d))
         if gone:
             from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
