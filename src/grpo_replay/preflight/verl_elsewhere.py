@@ -35,7 +35,7 @@ def run_there(python: str, overrides: list[str], host: Host, gpu_memory: Optiona
         return None
     payload = json.dumps({"overrides": overrides, "host": dataclasses.asdict(host), "gpu_memory": gpu_memory,
                           "launch": launch})
-    code = "from grpo_replay.preflight.verl_elsewhere import main; main()"
+    code = "from grpo_replay.preflight.verl_launch import report_for_caller; report_for_caller()"
     try:
         proc = subprocess.run([python, "-c", code], input=payload, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
@@ -49,19 +49,3 @@ def run_there(python: str, overrides: list[str], host: Host, gpu_memory: Optiona
                                                         f"{data['verl']} there; none here)")
     return report
 
-
-def main() -> None:
-    """In the launch's python: the report of the overrides on stdin's host (its GPUs as given; its software as
-    installed here), one JSON line after `MARK`."""
-    import importlib.metadata
-
-    from .verl_launch import check_verl_overrides
-
-    if not can_compose_here():
-        sys.exit(3)
-    data = json.loads(sys.stdin.read())
-    mine = Host.detect()
-    host = dataclasses.replace(Host(**data["host"]), torch=mine.torch, torch_cuda=mine.torch_cuda, vllm=mine.vllm)
-    report = check_verl_overrides(data["overrides"], host, data["gpu_memory"], data["launch"])
-    print(MARK + json.dumps({"sections": report.sections, "verl": importlib.metadata.version("verl"),
-                             "refusals": [[r.field, r.problem, r.fix] for r in report.refusals]}), flush=True)

@@ -10,6 +10,8 @@ otherwise the report reads the overrides and the replay preset and says the entr
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +27,7 @@ from .report import Report
 from .shapes import model_shape
 from .train_run import GIB, target_cards
 from .verl_config import Overrides, compose, entry_point_checks, hydra_list, overrides_dict, refuse, values
+from .verl_elsewhere import MARK, can_compose_here, run_there
 
 ENTRY = "grpo_replay.integrations.verl.main"
 # The recording python: the entry point's arguments, and the python the launch would have run it with (the next
@@ -104,8 +107,6 @@ def _run_alone(words: list[str], env: dict, log: Path, timeout: float, script: s
 def check_verl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -> Report:
     """The launch's report: computed here where verl is installed, else by the launch's own python where it has
     verl (`verl_elsewhere`), else from the overrides as passed."""
-    from .verl_elsewhere import can_compose_here, run_there
-
     overrides, python = captured_launch(launch)
     there = None if can_compose_here() else run_there(python, overrides, host, gpu_memory, " ".join(launch))
     return there or check_verl_overrides(overrides, host, gpu_memory, " ".join(launch))
@@ -223,3 +224,18 @@ def _check_folder_names_run(get, report: Report) -> None:
         report.refuse("trainer.default_local_dir", f"{folder} does not name the run (experiment {exp}): every arm and "
                       f"seed launched with it shares the folder, and resume_mode={get('trainer.resume_mode')} loads "
                       "the latest global_step_* another run wrote", "a folder per run, e.g. .../$EXP")
+
+
+def report_for_caller() -> None:
+    """In the launch's python: the report of the overrides on stdin's host (its GPUs as given; its software as
+    installed here), one JSON line after `MARK`: the child side of `verl_elsewhere.run_there`."""
+    import importlib.metadata
+
+    if not can_compose_here():
+        sys.exit(3)
+    data = json.loads(sys.stdin.read())
+    mine = Host.detect()
+    host = dataclasses.replace(Host(**data["host"]), torch=mine.torch, torch_cuda=mine.torch_cuda, vllm=mine.vllm)
+    report = check_verl_overrides(data["overrides"], host, data["gpu_memory"], data["launch"])
+    print(MARK + json.dumps({"sections": report.sections, "verl": importlib.metadata.version("verl"),
+                             "refusals": [[r.field, r.problem, r.fix] for r in report.refusals]}), flush=True)
