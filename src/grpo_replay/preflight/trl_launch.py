@@ -122,6 +122,11 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
     cfg = args.to_replay_config()
     if async_trainer:  # AsyncComposer: chunks of per_device x processes x GA samples keep TRL's size
         S = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
+        if cfg.enabled and cfg.fill_filtered:  # the composer keeps S fresh samples and fills the filtered ones
+            report.add("replay rows per step", f"{S} samples per optimizer step: {S} fresh, of which up to {S} (every "
+                                               "zero-variance one) replaced by replay rows (replay_fill_filtered; the "
+                                               "number is known only at run time)")
+            return None
         n = max(1, round(S / (1.0 + cfg.replay_ratio))) if cfg.enabled and cfg.composition == "fresh_anchored" else S
         s = realised_share(n, cfg, 1)
         replay = min(s.planned, S - s.kept)

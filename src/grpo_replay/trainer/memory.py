@@ -109,9 +109,15 @@ def update_terms(shape: Shape, *, micro_rows: int, tokens: int, precision: str, 
     P = shape.params
     n = min(micro_rows * tokens, chunk_tokens(shape.vocab)) if logit_tokens is None else logit_tokens
     per_entry = compute_bytes(precision) + 3 * 4 if logit_bytes is None else logit_bytes
-    return {"gradients": 4 * P, "bf16 weight copies": 2 * P if precision == "bf16" else 0,
-            "logits": n * shape.vocab * per_entry,
-            "activations": micro_rows * tokens * shape.kept_per_token(precision, checkpointed)}
+    terms = {"gradients": 4 * P, "bf16 weight copies": 2 * P if precision == "bf16" else 0,
+             "logits": n * shape.vocab * per_entry,
+             "activations": micro_rows * tokens * shape.kept_per_token(precision, checkpointed)}
+    # The embedding's backward, last of the pass (logits and activations freed by then), holds three dense float32
+    # vocab x hidden tensors beside the gradients (its gradient, a temporary of that size, and the sum into the tied
+    # weight's gradient; measured at the peak, inside EmbeddingBackward's add). Only its excess over the logits and
+    # activations adds to the peak (none at the GPU recipes' shapes).
+    terms["embedding gradient"] = max(0, 3 * 4 * shape.vocab * shape.hidden - terms["logits"] - terms["activations"])
+    return terms
 
 
 def generation_terms(shape: Shape, rows: int, tokens: int, kv_elem: int = 4) -> dict[str, int]:
