@@ -29,7 +29,7 @@ TOLERANCE = 0.25
 PROMPT = 4  # prompt tokens per row (the testbed's estimate counts none: a few tokens)
 GROUP = 4
 MODELS = {  # hidden, layers, vocab, prompts per step, micro-batch rows, completion tokens
-    "logits": dict(hidden=64, layers=1, vocab=32768, prompts=2, micro=4, completion=16),
+    "logits": dict(hidden=64, layers=1, vocab=32768, prompts=2, micro=8, completion=16),
     "activations": dict(hidden=128, layers=4, vocab=1024, prompts=4, micro=16, completion=16),
     "gradients": dict(hidden=256, layers=2, vocab=4096, prompts=1, micro=2, completion=16),
 }
