@@ -183,3 +183,96 @@ def test_every_documented_gpu_launch_agrees_with_the_documented_count(documented
             if abs(got - doc) > TOLERANCE * doc:
                 wrong.append(f"{source} {label} {card}: preflight {got} GiB, the doc's count {doc:.1f} GiB")
     assert checked >= 20 and not wrong, "\n".join(wrong)
+
+
+# ------------------------------------------------------------------------------------- what is resident when
+def verl_launch(**over) -> list[str]:
+    ov = {"replay": "paper", "data.train_batch_size": "128", "actor_rollout_ref.rollout.n": "8", "data.seed": "0",
+          "actor_rollout_ref.rollout.seed": "0", "trainer.n_gpus_per_node": "8", "trainer.nnodes": "1",
+          "actor_rollout_ref.model.path": "Qwen/Qwen3-4B-Base", "actor_rollout_ref.actor.use_dynamic_bsz": "true",
+          "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "24576", "trainer.experiment_name": "x",
+          "actor_rollout_ref.model.enable_gradient_checkpointing": "true", "trainer.default_local_dir": "/nonexistent/x",
+          "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "true", **over}
+    return [f"{k}={v}" for k, v in ov.items()]
+
+
+def memory_refusals(report) -> list[str]:
+    return [r.field for r in report.refusals if r.field not in ("data.train_batch_size",)]
+
+
+def test_verl_vllm_sleeps_during_the_update_unless_free_cache_engine_is_off():
+    """verl 0.9.1's sync and colocate_async trainers both sleep their replicas in `on_sample_end` (when
+    free_cache_engine is on): a sync 4B launch at gpu_memory_utilization 0.7 fits an 80 GB card (the larger of
+    vLLM's 55.7 GiB and the update, beside 5.6 GiB of shards), and not with the engine awake."""
+    card = CARDS["80 GB (H100 / A100 80GB)"]
+    for mode in ("sync", "colocate_async"):
+        asleep = check_verl_overrides(verl_launch(**{"actor_rollout_ref.rollout.gpu_memory_utilization": "0.7",
+                                                     "trainer.v1.trainer_mode": mode}), CPU_HOST, card, "verl")
+        assert memory_refusals(asleep) == [], asleep.render()
+        assert "asleep during the update" in "\n".join(asleep.sections["memory per GPU"])
+    awake = check_verl_overrides(verl_launch(**{"actor_rollout_ref.rollout.gpu_memory_utilization": "0.7",
+                                                "actor_rollout_ref.rollout.free_cache_engine": "false"}),
+                                 CPU_HOST, card, "verl")
+    # the sum does not fit, and vLLM's share (over half the card) is the term named, not the batch
+    assert memory_refusals(awake) == ["actor_rollout_ref.rollout.gpu_memory_utilization"], awake.render()
+
+
+def test_verl_separate_async_trainer_gpus_carry_no_vllm_share():
+    """An 8B separate_async launch (4 trainer GPUs, rollout on 4 of their own) fits an 80 GB card: FSDP shards over
+    the 4 and no vLLM share; the same model colocated on 4 GPUs at utilization 0.6 with the engine awake does not."""
+    card = CARDS["80 GB (H100 / A100 80GB)"]
+    launch = verl_launch(**{"actor_rollout_ref.model.path": "Qwen/Qwen3-8B-Base", "trainer.n_gpus_per_node": "4",
+                            "trainer.v1.trainer_mode": "separate_async",
+                            "actor_rollout_ref.rollout.gpu_memory_utilization": "0.6"})
+    report = check_verl_overrides(launch, CPU_HOST, card, "verl")
+    assert memory_refusals(report) == [] and "no vLLM share" in "\n".join(report.sections["memory per GPU"])
+    awake = [a.replace("separate_async", "sync") for a in launch] + ["actor_rollout_ref.rollout.free_cache_engine=false"]
+    assert memory_refusals(check_verl_overrides(awake, CPU_HOST, card, "verl"))
+
+
+TRL = ["accelerate", "launch", "--config_file", "examples/trl/accelerate_multi_gpu.yaml", "--num_processes", "8",
+       "examples/trl/train_qwen3_math_replay.py", "--config", "examples/trl/qwen3_0.6b_math_replay.yaml"]
+
+
+def totals(report) -> list[float]:
+    return [t for _, _, t in reported(report)]
+
+
+def test_trl_sleep_mode_gives_the_larger_of_vllm_and_the_update_not_their_sum(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    asleep, awake = resolve(TRL, CPU_HOST, None), resolve([*TRL, "--vllm_enable_sleep_mode", "false"], CPU_HOST, None)
+    card = CARDS["80 GB (H100 / A100 80GB)"] / GIB
+    vllm, weights_adamw_buckets = 0.35 * card, 16 * facts("Qwen/Qwen3-0.6B-Base")["P"] / GIB
+    assert totals(asleep)[0] == pytest.approx(weights_adamw_buckets + vllm, abs=0.1)  # vLLM's share is the larger
+    assert totals(awake)[0] > totals(asleep)[0] + 10  # + the update (about 14.5 GiB)
+    # vLLM's share over half the card is what a refusal names
+    big = resolve([*TRL, "--vllm_gpu_memory_utilization", "0.95"], CPU_HOST, None)
+    assert [r.field for r in big.refusals] == ["vllm_gpu_memory_utilization"], big.render()
+
+
+def test_the_async_fill_filtered_launch_reports_s_fresh_with_up_to_s_replaced(monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    launch = ["python", "examples/trl/train_qwen3_math_async_replay.py", "--config",
+              "examples/trl/qwen3_0.6b_math_async_replay.yaml", "--replay_fill_filtered", "true"]
+    text = "\n".join(resolve(launch, CPU_HOST, None).sections["replay rows per step"])
+    assert "64 samples per optimizer step: 64 fresh, of which up to 64" in text and "replay_fill_filtered" in text
+
+
+# ----------------------------------------------------------------------------------------- model shapes
+def test_a_hub_model_is_read_from_the_local_cache_and_an_unknown_one_is_refused(tmp_path, monkeypatch, capsys):
+    config = dict(KNOWN["Qwen/Qwen3-1.7B"], architectures=["Qwen3ForCausalLM"])
+    snap = tmp_path / "hub" / "models--someorg--tiny-qwen" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    launch = ["train", "--model", "someorg/tiny-qwen", "--reward", "math", "--data", "word_sums", "--out",
+              str(tmp_path / "run"), "--set", "micro_batch_size=1", "--set", "generator=vllm"]
+    report = resolve(launch, CPU_HOST, None)
+    assert str(snap / "config.json") in report.render() and not report.refusals, report.render()
+    assert totals(report) == totals(resolve([*launch[:2], "Qwen/Qwen3-1.7B", *launch[3:]], CPU_HOST, None))
+    launch[2] = "someorg/not-cached"
+    assert main(["preflight", *launch]) == 2
+    out = capsys.readouterr().out
+    assert "memory unknown: someorg/not-cached: no config.json there, none in the Hugging Face cache" in out
+    assert "REFUSED" in out and "\nOK" not in out
+
