@@ -191,7 +191,8 @@ def verl_launch(**over) -> list[str]:
           "actor_rollout_ref.rollout.seed": "0", "trainer.n_gpus_per_node": "8", "trainer.nnodes": "1",
           "actor_rollout_ref.model.path": "Qwen/Qwen3-4B-Base", "actor_rollout_ref.actor.use_dynamic_bsz": "true",
           "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "24576", "trainer.experiment_name": "x",
-          "actor_rollout_ref.model.enable_gradient_checkpointing": "true", "trainer.default_local_dir": "/nonexistent/x",
+          "actor_rollout_ref.model.enable_gradient_checkpointing": "true",
+          "trainer.default_local_dir": "/nonexistent/x",
           "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "true", **over}
     return [f"{k}={v}" for k, v in ov.items()]
 
@@ -226,7 +227,8 @@ def test_verl_separate_async_trainer_gpus_carry_no_vllm_share():
                             "actor_rollout_ref.rollout.gpu_memory_utilization": "0.6"})
     report = check_verl_overrides(launch, CPU_HOST, card, "verl")
     assert memory_refusals(report) == [] and "no vLLM share" in "\n".join(report.sections["memory per GPU"])
-    awake = [a.replace("separate_async", "sync") for a in launch] + ["actor_rollout_ref.rollout.free_cache_engine=false"]
+    awake = [a.replace("separate_async", "sync") for a in launch]
+    awake.append("actor_rollout_ref.rollout.free_cache_engine=false")
     assert memory_refusals(check_verl_overrides(awake, CPU_HOST, card, "verl"))
 
 

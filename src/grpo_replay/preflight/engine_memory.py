@@ -22,8 +22,8 @@ def trl_phases(shape: Shape, *, card: int, micro_rows: int, generation_rows: int
     `vllm` "colocate" (its share `utilization` x `card` on this GPU) or "server" (none here).
 
     TRL's log-probs go through its fused LM head (`add_fused_lm_head`, TRL 1.16): the logits exist one tile at a
-    time (`memory.trl_logits`: TOKEN_TILE tokens x VOCAB_TILE vocabulary entries in the compute dtype), and its backward pass keeps a
-    float32 gradient of the head's weight (vocab x hidden) beside the hidden states' gradient."""
+    time (`memory.trl_logits`: TOKEN_TILE tokens x VOCAB_TILE vocabulary entries in the compute dtype), and its
+    backward pass keeps a float32 gradient of the head's weight (vocab x hidden) beside the hidden states' gradient."""
     P = shape.params
     upd = update_terms(shape, micro_rows=micro_rows, tokens=PROMPT_ROOM + completion, precision=precision,
                        checkpointed=checkpointed, logit_tokens=0)

@@ -181,7 +181,7 @@ VERL_FIELDS = {
 VERL_FIELDS["adamw"] = VERL_FIELDS["weights"]
 
 
-def _tokens(ov: dict, prefix: str, dynamic_key: str, max_key: str, micro_key: str, default_max: int) -> int:
+def _tokens(ov: dict, dynamic_key: str, max_key: str, micro_key: str, default_max: int) -> int:
     """Tokens of one micro-batch: the dynamic cap, or micro rows x (max prompt + max response)."""
     if ov.get(dynamic_key, "false").lower() == "true":
         return int(ov.get(max_key, default_max))
@@ -200,9 +200,9 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
         report.add(section, f"memory unknown: {source}")
         report.refuse(a + "model.path", f"memory unknown: {source}", UNKNOWN_FIX)
         return
-    tokens = _tokens(ov, a, a + "actor.use_dynamic_bsz", a + "actor.ppo_max_token_len_per_gpu",
+    tokens = _tokens(ov, a + "actor.use_dynamic_bsz", a + "actor.ppo_max_token_len_per_gpu",
                      a + "actor.ppo_micro_batch_size_per_gpu", 16384)
-    logprob = _tokens(ov, a, a + "rollout.log_prob_use_dynamic_bsz", a + "rollout.log_prob_max_token_len_per_gpu",
+    logprob = _tokens(ov, a + "rollout.log_prob_use_dynamic_bsz", a + "rollout.log_prob_max_token_len_per_gpu",
                       a + "rollout.log_prob_micro_batch_size_per_gpu",
                       int(ov.get(a + "actor.ppo_max_token_len_per_gpu", 16384)))
     ckpt = ov.get(a + "model.enable_gradient_checkpointing", "false").lower() == "true"
@@ -210,11 +210,11 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
     colocated = mode != "separate_async" and ov.get(a + "hybrid_engine", "true").lower() == "true"
     asleep = ov.get(a + "rollout.free_cache_engine", "true").lower() == "true"
     share = float(ov.get(a + "rollout.gpu_memory_utilization", 0.5))
-    report.add(section, f"{ov.get(a + 'model.path')}: {shape.params / 1e9:.3g}B parameters ({source}); FSDP over {gpus} "
-                        f"GPUs, bf16 compute; a micro-batch of {tokens} tokens in the update, {logprob} in the log-prob "
-                        f"pass; trainer {mode}: " + ("vLLM colocated, " + ("asleep during the update (free_cache_engine)"
-                                                   if asleep else "awake during the update") if colocated
-                                                  else "rollout on GPUs of its own"))
+    rollout = ("rollout on GPUs of its own" if not colocated else "vLLM colocated, " + (
+        "asleep during the update (free_cache_engine)" if asleep else "awake during the update"))
+    report.add(section, f"{ov.get(a + 'model.path')}: {shape.params / 1e9:.3g}B parameters ({source}); FSDP over "
+                        f"{gpus} GPUs, bf16 compute; a micro-batch of {tokens} tokens in the update, {logprob} in the "
+                        f"log-prob pass; trainer {mode}: {rollout}")
     fits = []
     for name, card in target_cards(host, gpu_memory).items():
         ph = verl_phases(shape, card=card, shards=gpus, tokens=tokens, logprob_tokens=logprob, checkpointed=ckpt,

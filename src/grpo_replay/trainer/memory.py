@@ -89,7 +89,8 @@ class Shape:
         keeps only its input (float32, or bf16 with bf16 weights) and one layer's activations are recomputed at a
         time."""
         if checkpointed:
-            return self.layers * (2 if precision == "bf16-weights" else 4) * self.hidden + self.activation_bytes(precision)
+            kept_input = 2 if precision == "bf16-weights" else 4
+            return self.layers * kept_input * self.hidden + self.activation_bytes(precision)
         return self.layers * self.activation_bytes(precision)
 
     def kv_bytes(self, rows: int, tokens: int, elem: int) -> int:
@@ -249,7 +250,8 @@ def run_phases(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> Phas
                 prompt=PROMPT_ROOM if cfg.reward == "math" else 0)
     if cfg.backend == "trl":  # TRL's fused LM head instead of the built-in trainer's chunks
         prompt = PROMPT_ROOM if cfg.reward == "math" else 0
-        terms = update_terms(shape, micro_rows=micro, tokens=prompt + completion, precision=ph_precision, logit_tokens=0)
+        terms = update_terms(shape, micro_rows=micro, tokens=prompt + completion, precision=ph_precision,
+                             logit_tokens=0)
         terms["logits"] = trl_logits(shape, micro * completion, ph_precision)
         ph = dataclasses.replace(ph, update=sum(terms.values()), scoring=trl_logits(shape, 0, ph_precision))
     if eval_in_engine(cfg, device_type):
@@ -264,9 +266,10 @@ def eval_in_engine(cfg, device_type: str) -> bool:
 
 
 def eval_chunk(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> int:
-    """Held-out problems per transformers generate call: on a GPU as many as keep the evaluation's KV cache within
-    the largest other phase (at least one problem), so the evaluation never sets the run's peak; on a CPU the fixed
-    `EVAL_CHUNK` (host memory is checked as a whole, and the chunking decides which random draws go to which row)."""
+    """Held-out problems per transformers generate call: on a GPU as many as keep the evaluation (its KV cache and
+    a decoding step's logits) within the largest other phase (at least one problem), so the evaluation never sets
+    the run's peak; on a CPU the fixed `EVAL_CHUNK` (host memory is checked as a whole, and the chunking decides
+    which random draws go to which row)."""
     return _eval_chunk(cfg, shape, device_type, run_phases(cfg, shape, device_type, card_bytes))
 
 
@@ -274,7 +277,7 @@ def _eval_chunk(cfg, shape: Shape, device_type: str, ph: Phases) -> int:
     if device_type != "cuda":
         return EVAL_CHUNK
     budget = max(ph.generation, ph.scoring, ph.update)
-    per_problem = shape.kv_bytes(cfg.eval_samples, cfg.completion_budget(), 4)
+    per_problem = sum(generation_terms(shape, cfg.eval_samples, cfg.completion_budget()).values())
     return max(1, min(EVAL_CHUNK, budget // per_problem))
 
 
