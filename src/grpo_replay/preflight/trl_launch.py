@@ -205,7 +205,7 @@ def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_
             fits.append(name)
     term = ph.dominant(card)
     field, fix = TRL_FIELDS[term]
-    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, the most of it {term} "
+    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, most of it {memory.TERM_WORDS[term]} "
                 f"({micro} rows per forward), more than the {name} card holds ({card / GIB:.1f} GiB)", fix)
 
 

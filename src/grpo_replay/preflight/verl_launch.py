@@ -225,8 +225,8 @@ def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -
             fits.append(name)
     term = ph.dominant(card)
     field, fix = VERL_FIELDS.get(term, VERL_FIELDS["update"])
-    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, the most of it {term}, more than the "
-                f"{name} card holds ({card / GIB:.1f} GiB)", fix)
+    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, most of it {memory.TERM_WORDS[term]}, more "
+                f"than the {name} card holds ({card / GIB:.1f} GiB)", fix)
 
 
 def _check_seeds(ov: dict, get, report: Report) -> None:
