@@ -53,16 +53,26 @@ def _report(kind, argv, tmp_path):
     return resolve(launch, CPU_HOST, None)
 
 
+# Documented launches the preflight refuses, by (doc, a word of the launch) -> the field it names. paper_table.md's
+# first `hub` command leaves micro_batch_size unset: on the GPU it trains on (device=auto), each forward holds the
+# step's 256 rows x 1,024 tokens, about 710 GiB per card.
+KNOWN_REFUSED = {("docs/paper_table.md", "runs/table-0.6b"): "micro_batch_size [grpo, uniform_pool, sigma_pool, paper]"}
+
+
 def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path):
-    failed = []
+    failed, refused = [], {}
     for source, kind, argv in documented:
         report = _report(kind, argv, tmp_path)
         text = report.render()
         refusals = report.refusals
         assert refusals or all(s in text for s in ("replay rows per step", "memory per GPU", "seeds")), text
-        if refusals:
+        known = [k for k in KNOWN_REFUSED if source.startswith(k[0] + ":") and k[1] in argv]
+        if known:
+            refused[known[0]] = [r.field for r in refusals]
+        elif refusals:
             failed.append(f"{source}: {' '.join(argv)[:120]}: {[r.line() for r in refusals]}")
     assert not failed, "\n".join(failed)
+    assert refused == {k: [v] for k, v in KNOWN_REFUSED.items()}, refused
 
 
 def test_the_paper_recipe_trl_split_that_drops_replay_is_refused(tmp_path, capsys):
@@ -83,8 +93,8 @@ def test_a_card_too_small_and_an_old_driver_are_refused(tmp_path):
               "--out", str(tmp_path / "run"), "--set", "prompts_per_step=128", "--set", "group_size=8", "--set",
               "max_new_tokens=4096", "--set", "micro_batch_size=1", "--set", "generator=vllm"]
     small = resolve(launch, CPU_HOST, 81559 * 2**20)
-    assert [r.field for r in small.refusals] == ["memory"]
-    assert "needs at least" in small.refusals[0].problem and "micro_batch_size" in small.refusals[0].problem
+    assert [r.field for r in small.refusals] == ["micro_batch_size"]  # the term that dominates: the update
+    assert "needs at least" in small.refusals[0].problem and "most of it the update" in small.refusals[0].problem
     assert not resolve(launch, CPU_HOST, 143771 * 2**20).refusals  # 141 GB: fits by the estimate
     old = Host(gpus=1, gpu_memory=143771 * 2**20, driver="570.86.15", torch="2.13.0+cu130", torch_cuda="13.0",
                vllm="0.31.0")

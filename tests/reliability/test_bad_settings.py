@@ -178,8 +178,11 @@ def test_step_memory_estimate_counts_kv_cache_and_update_logits():
     shape = Shape.of(cfg, params=1000)
     got = phases(shape, rows=10, micro_rows=5, eval_rows=3, completion=8, precision="bf16", vllm_bytes=0, kv_elem=2)
     kept = 26 * 64 + 8 * 256 + 10 * (64 + 32)  # per token and layer under bf16 autocast (q width 64, kv width 32)
-    assert got.generation == 10 * 2 * 2 * 8 * 32 * 2 and got.evaluation == 3 * 2 * 2 * 8 * 32 * 2
-    assert got.update == 4 * 1000 + 2 * 1000 + 5 * 8 * 100 * (2 + 4) + 5 * 8 * 2 * kept  # grads, bf16 copies, logits
+    step_logits = 4 * 100 * 4  # one decoding step's float32 logits, four copies, per row
+    assert got.generation == 10 * (2 * 2 * 8 * 32 * 2 + step_logits)
+    assert got.evaluation == 3 * (2 * 2 * 8 * 32 * 2 + step_logits)
+    # grads, bf16 copies, logits (bf16 output and three float32 tensors at the backward's peak), activations
+    assert got.update == 4 * 1000 + 2 * 1000 + 5 * 8 * 100 * (2 + 12) + 5 * 8 * 2 * kept
     assert got.need == 8 * 1000 + got.update
 
 

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_replay.preflight.shapes import KNOWN, shape_from_config
-from grpo_replay.trainer.memory import ACTIVATION_BYTES, Shape, eval_chunk, run_phases
+from grpo_replay.trainer.memory import (ACTIVATION_BYTES, Shape, eval_chunk, generation_terms, run_phases, trl_logits,
+                                        update_terms)
 from grpo_replay.trainer.train_config import resolve
 
 GIB = 2**30
@@ -58,26 +59,28 @@ def test_the_evaluation_through_transformers_is_counted_and_sized_to_fit():
         c = dataclasses.replace(cfg, **variant)
         ph = run_phases(c, shape, "cuda", CARD[80])
         chunk = eval_chunk(c, shape, "cuda", CARD[80])
-        assert ph.evaluation == shape.kv_bytes(rows=min(chunk, 128) * 4, tokens=4096, elem=4) > 0
+        assert ph.evaluation == sum(generation_terms(shape, min(chunk, 128) * 4, 4096).values()) > 0
         assert ph.evaluation <= max(ph.generation, ph.scoring, ph.update)
         if c.generator == "vllm":  # rollouts in vLLM: the evaluation alone would set the peak, so it is cut
             assert 1 <= chunk < 128
     # on a CPU the chunk stays the evaluation's fixed 256 problems and the whole batch is counted
     c = dataclasses.replace(cfg, generator="transformers")
     assert eval_chunk(c, shape, "cpu") == 256
-    assert run_phases(c, shape, "cpu").evaluation == whole
+    assert run_phases(c, shape, "cpu").evaluation == whole + 4 * 128 * 4 * shape.vocab * 4  # + one step's logits
 
 
 def test_trl_micro_batches_hold_the_replay_rows_too():
     """TRL splits the composed rows (fresh + replay) into steps_per_generation forwards: with ratio 0.5 each holds
-    1.5 x micro_batch_size rows, and the estimate's update phase is that of 3 rows at micro_batch_size=2."""
+    1.5 x micro_batch_size rows, and the estimate's update phase is that of 3 rows at micro_batch_size=2 (with
+    TRL's fused LM head in place of the built-in trainer's logits chunk)."""
     cfg, shape = recipe("0.6B", micro_batch_size=2)
     trl = run_phases(dataclasses.replace(cfg, backend="trl"), shape, "cuda", CARD[80])
-    three = run_phases(dataclasses.replace(cfg, micro_batch_size=3), shape, "cuda", CARD[80])
-    assert trl.update == three.update
+    three = update_terms(shape, micro_rows=3, tokens=256 + 4096, precision="bf16")
+    assert trl.update == sum(three.values()) - three["logits"] + trl_logits(shape, 3 * 4096, "bf16")
 
 
-def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, autocast: bool) -> float:
+def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, autocast: bool,
+                                    dtype: str = "float32") -> float:
     """What a Qwen3 decoder layer of these shapes keeps for the backward pass per token: the bytes of the tensors
     autograd saves (parameters excluded), one layer's difference, between 128 and 256 tokens (so the bf16 copies of
     the weights autocast makes, which do not grow with the tokens, cancel out)."""
@@ -87,7 +90,7 @@ def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, autocas
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=128, hidden_size=h, intermediate_size=i, num_hidden_layers=2, num_attention_heads=heads,
                       num_key_value_heads=kv, head_dim=128)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     layers = model.model.layers
 
     def saved(n_layers: int, tokens: int) -> int:
@@ -110,15 +113,17 @@ def saved_bytes_per_token_and_layer(h: int, i: int, heads: int, kv: int, autocas
     return (per_layer[1] - per_layer[0]) / 128
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("precision", ["bf16", "bf16-weights", "fp32"])
 def test_the_activation_bytes_are_what_a_qwen3_layer_keeps(precision):
-    """The estimate's per-token, per-layer bytes (26 h + 8 i + 10 (q + kv) under bf16 autocast, 24 / 16 / 16 in
-    float32) match what autograd saves in a Qwen3-0.6B-shaped layer within 2 %."""
+    """The estimate's per-token, per-layer bytes (26 h + 8 i + 10 (q + kv) under bf16 autocast, 16 / 8 / 10 with bf16
+    weights as FSDP's mixed precision runs them, 24 / 16 / 16 in float32) match what autograd saves in a
+    Qwen3-0.6B-shaped layer within 2 %."""
     cfg = KNOWN["Qwen/Qwen3-0.6B-Base"]
     shape = shape_from_config(cfg)
     measured = saved_bytes_per_token_and_layer(cfg["hidden_size"], cfg["intermediate_size"],
                                                cfg["num_attention_heads"], cfg["num_key_value_heads"],
-                                               autocast=precision == "bf16")
+                                               autocast=precision == "bf16",
+                                               dtype="bfloat16" if precision == "bf16-weights" else "float32")
     assert abs(shape.activation_bytes(precision) - measured) <= 0.02 * measured, (shape.activation_bytes(precision), measured)
 
 
@@ -127,7 +132,7 @@ def test_shape_reads_head_dim_from_a_config_and_falls_back_to_hidden_over_heads(
                         intermediate_size=128, vocab_size=100)
     assert Shape.of(c, 10).head_dim == 16
     assert Shape.of(SimpleNamespace(**vars(c), head_dim=32), 10).kv_width == 64
-    assert set(ACTIVATION_BYTES) == {"bf16", "fp32"}
+    assert set(ACTIVATION_BYTES) == {"bf16", "bf16-weights", "fp32"}
 
 
 def test_the_docs_table_of_what_fits_where_is_this_estimate():

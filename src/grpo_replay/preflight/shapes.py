@@ -1,12 +1,16 @@
 """A model's shape without its weights: the memory estimate needs only config-level facts.
 
 Hub names the docs' recipes use map to their config.json values here (`KNOWN`), so a preflight on a machine
-without the hub still estimates them; a local folder's config.json is read as it is; the embedded testbed's
-shape comes from its config. Anything else has no shape (the report says so; nothing is downloaded).
+without the hub still estimates them; a local folder's config.json (or a GGUF file's metadata) is read as it is,
+and another hub name's from the local Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub` or
+~/.cache/huggingface/hub, where a download or `hf download ORG/NAME config.json` puts it); the embedded testbed's
+shape comes from its config. Anything else has no shape: the preflight refuses it as "memory unknown" (nothing is
+downloaded).
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
@@ -31,7 +35,8 @@ KNOWN = {
 
 def parameters(c: dict) -> int:
     """Parameters of a decoder-only transformer with a gated MLP from its config (norms left out: < 0.01 %)."""
-    h, i, n = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    h, n = c["hidden_size"], c["num_hidden_layers"]
+    i = c.get("intermediate_size") or h
     heads = c.get("num_attention_heads") or 1
     kv = c.get("num_key_value_heads") or heads
     hd = c.get("head_dim") or h // heads
@@ -59,6 +64,34 @@ def model_shape(model: Optional[str], testbed=None) -> tuple[Optional[Shape], st
     if model in KNOWN:
         return shape_from_config(KNOWN[model]), f"{model}'s config.json values (preflight/shapes.py)"
     path = Path(model).expanduser()
-    if (path / "config.json").is_file():
-        return shape_from_config(json.loads((path / "config.json").read_text())), f"{path / 'config.json'}"
-    return None, f"{model}: no config.json here and not among the known hub names ({', '.join(sorted(KNOWN))})"
+    if path.is_file() and path.suffix == ".gguf":  # the GGUF file's own metadata, as transformers reads it
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+        return shape_from_config(config), f"{path}'s GGUF metadata"
+    found = path / "config.json" if (path / "config.json").is_file() else cached_config(model)
+    if found is not None:
+        try:
+            return shape_from_config(json.loads(found.read_text())), str(found)
+        except (KeyError, TypeError, ValueError) as e:  # not a decoder config this estimate knows
+            return None, f"{found}: no decoder shape in it ({type(e).__name__}: {e})"
+    return None, (f"{model}: no config.json there, none in the Hugging Face cache ({hub_cache()}), and not among the "
+                  f"known hub names ({', '.join(sorted(KNOWN))})")
+
+
+def hub_cache() -> Path:
+    """The Hugging Face hub cache folder, as huggingface_hub resolves it from the environment."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_config(model: str) -> Optional[Path]:
+    """A hub model's cached config.json (models--ORG--NAME/snapshots/REV/config.json; the newest revision), or
+    None."""
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        return None
+    snapshots = hub_cache() / ("models--" + model.replace("/", "--")) / "snapshots"
+    found = [c for c in snapshots.glob("*/config.json") if c.is_file()]
+    return max(found, key=lambda c: c.stat().st_mtime) if found else None

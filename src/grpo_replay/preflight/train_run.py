@@ -35,37 +35,46 @@ def on_gpu(cfg: TrainConfig, host: Host, gpu_memory: Optional[int]) -> bool:
 
 
 def check_memory(cfg: TrainConfig, host: Host, gpu_memory: Optional[int], report: Report, label: str = "") -> None:
-    """Memory per phase on the run's GPU (trainer/memory.py's estimate, the one the trainer checks at start)."""
+    """Memory per phase on the run's GPU (trainer/memory.py's estimate, the one the trainer checks at start). A run
+    with device=auto on a host without a GPU is planned for the target cards too: on a GPU host it trains there."""
+    from .engine_memory import UNKNOWN_FIX, describe
+
     section, tag = "memory per GPU", f"{label.strip()} " if label else ""
     shape, source = model_shape(cfg.model, cfg.testbed if cfg.model is None else None)
     if shape is None:
-        report.add(section, tag + f"not estimated: {source}")
+        report.add(section, tag + f"memory unknown: {source}")
+        report.refuse(f"--model{label}", f"memory unknown: {source}", UNKNOWN_FIX)
         return
     gpu = on_gpu(cfg, host, gpu_memory)
-    precision = memory.precision_of(cfg, "cuda" if gpu else "cpu")
+    precision = memory.precision_of(cfg, "cuda" if gpu or cfg.device == "auto" else "cpu")
     report.add(section, tag + f"model {cfg.model or 'testbed'}: {shape.params / 1e9:.3g}B parameters, {shape.layers} layers, "
                         f"KV width {shape.kv_heads} x {shape.head_dim} ({source}); update in {precision}")
     if not gpu:
         ph = memory.run_phases(cfg, shape, "cpu")
-        report.add(section, tag + f"on the CPU: {(4 * shape.params + ph.need) / GIB:.2f} GiB of host memory at the "
+        report.add(section, tag + f"on this host's CPU: {ph.total / GIB:.2f} GiB of host memory at the "
                             f"{ph.peak_phase()} phase")
-        return
+        if cfg.device == "cpu":  # the trainer's own check at start (trainer/memory.check_step_memory)
+            import torch
+
+            have = memory._available_bytes(torch.device("cpu"))
+            if have is not None and ph.need > have:
+                problem, _, fix = memory.refusal(cfg, ph, f"this host has {have / GIB:.1f} GiB available").partition(
+                    "; allowed: ")
+                report.refuse(f"{memory.FIELD_OF_TERM[ph.dominant()]}{label}", problem, fix)
+            return
+        report.add(section, tag + "device=auto: on a host with a GPU the run trains there, so it is planned for these "
+                            "cards (--set device=cpu plans a CPU run)")
     fits = []
     for name, card in target_cards(host, gpu_memory).items():
         ph = memory.run_phases(cfg, shape, "cuda", card)
-        total = 4 * shape.params + ph.need
-        report.add(section, tag + f"{name}: weights {4 * shape.params / GIB:.1f} + AdamW {ph.adamw / GIB:.1f} + vLLM's share "
-                            f"{ph.vllm / GIB:.1f} + the largest phase ({ph.peak_phase()}) = {total / GIB:.1f} GiB")
-        report.add(section, tag + f"  phases: generation {ph.generation / GIB:.1f}, scoring {ph.scoring / GIB:.1f}, update "
-                            f"{ph.update / GIB:.1f}, evaluation {ph.evaluation / GIB:.1f} GiB"
-                            + (" (generation and evaluation inside vLLM's share)" if ph.vllm and not ph.evaluation
-                               else ""))
-        if total <= card:
+        for line in describe(name, ph):
+            report.add(section, tag + line)
+        if ph.total <= card:
             fits.append(name)
         last = (name, card, ph)
     name, card, ph = last
-    problem, _, fix = memory.refusal(cfg, ph, f"a {name} card has {card / GIB:.1f} GiB").partition("; allowed: ")
-    report.fits(section, fits, f"memory{label}", problem, fix, tag)
+    problem, _, fix = memory.refusal(cfg, ph, f"a {name} card has {card / GIB:.1f} GiB", card).partition("; allowed: ")
+    report.fits(section, fits, f"{memory.FIELD_OF_TERM[ph.dominant(card)]}{label}", problem, fix, tag)
 
 
 def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:

@@ -64,7 +64,7 @@ def check_trl_launch(launch: list[str], host: Host, gpu_memory: Optional[int]) -
     _check_master_weights(args, model_name, run, report)
     async_trainer = not hasattr(args, "steps_per_generation")
     share = _check_share(args, run.processes, async_trainer, report)
-    _check_memory(args, model_name, share, async_trainer, host, gpu_memory, report)
+    _check_memory(args, model_name, share, async_trainer, host, gpu_memory, report, run.processes)
     report.add("seeds", f"seed {args.seed} (data order, sampling); replay buffer seed "
                         f"{args.replay_seed if args.replay_seed is not None else args.seed} + process index")
     _check_output_dir(args, report, run.argv)
@@ -146,6 +146,11 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
     cfg = args.to_replay_config()
     if async_trainer:  # AsyncComposer: chunks of per_device x processes x GA samples keep TRL's size
         S = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
+        if cfg.enabled and cfg.fill_filtered:  # the composer keeps S fresh samples and fills the filtered ones
+            report.add("replay rows per step", f"{S} samples per optimizer step: {S} fresh, of which up to {S} (every "
+                                               "zero-variance one) replaced by replay rows (replay_fill_filtered; the "
+                                               "number is known only at run time)")
+            return None
         n = max(1, round(S / (1.0 + cfg.replay_ratio))) if cfg.enabled and cfg.composition == "fresh_anchored" else S
         s = realised_share(n, cfg, 1)
         replay = min(s.planned, S - s.kept)
@@ -175,34 +180,57 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
     return share
 
 
-def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_memory, report: Report) -> None:
+# The launch's key to change first, by the term that dominates (`Phases.dominant`), and the fix.
+TRL_FIELDS = {
+    "vllm": ("vllm_gpu_memory_utilization", "a lower vllm_gpu_memory_utilization (vLLM's KV cache), or "
+             "vllm_enable_sleep_mode: true (the engine sleeps during the update)"),
+    "update": ("per_device_train_batch_size", "a smaller per_device_train_batch_size (more steps_per_generation), "
+               "gradient_checkpointing, or a larger card"),
+    "scoring": ("per_device_train_batch_size", "a smaller per_device_train_batch_size, or a larger card"),
+    "generation": ("use_vllm", "use_vllm: true, or fewer rows per generation (per_device_train_batch_size x "
+                   "steps_per_generation)"),
+    "weights": ("model_name_or_path", "a smaller model, a larger card, or an accelerate config that shards the "
+                "weights and optimizer (DeepSpeed ZeRO-3 or FSDP)"),
+}
+TRL_FIELDS["adamw"] = TRL_FIELDS["weights"]
+
+
+def _check_memory(args, model_name, share, async_trainer: bool, host: Host, gpu_memory, report: Report,
+                  processes: int = 1) -> None:
+    """Memory per GPU of one TRL process (`engine_memory.trl_phases`)."""
+    from .engine_memory import UNKNOWN_FIX, describe, trl_phases
+
     section = "memory per GPU"
     shape, source = model_shape(model_name)
     if shape is None:
-        report.add(section, f"not estimated: {source}")
+        report.add(section, f"memory unknown: {source}")
+        report.refuse("model_name_or_path", f"memory unknown: {source}", UNKNOWN_FIX)
         return
     micro = share.rows // share.unit if share is not None else args.per_device_train_batch_size
     precision = "bf16" if args.bf16 else "fp32"
-    colocate = getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "colocate"
+    vllm = "" if not (async_trainer or getattr(args, "use_vllm", False)) else (
+        "server" if async_trainer or getattr(args, "vllm_mode", "") != "colocate" else "colocate")
+    sleep = bool(getattr(args, "vllm_enable_sleep_mode", False))
     ckpt = bool(getattr(args, "gradient_checkpointing", False))
     report.add(section, f"{model_name}: {shape.params / 1e9:.3g}B parameters ({source}); {micro} rows per forward, "
                         f"{args.max_completion_length} completion tokens, update in {precision}"
-                        + (", activation checkpointing" if ckpt else ""))
+                        + (", activation checkpointing" if ckpt else "") + {
+                            "colocate": f"; vLLM colocated{', asleep during the update' if sleep else ''}",
+                            "server": "; vLLM on GPUs of its own", "": "; generation through transformers"}[vllm])
     fits = []
     for name, card in target_cards(host, gpu_memory).items():
-        vllm = int(args.vllm_gpu_memory_utilization * card) if colocate else 0
-        ph = memory.phases(shape, rows=0 if colocate else args.per_device_train_batch_size * getattr(
-            args, "steps_per_generation", 1), micro_rows=micro, eval_rows=0, completion=args.max_completion_length,
-            precision=precision, vllm_bytes=vllm, prompt=memory.PROMPT_ROOM, checkpointed=ckpt)
-        total = 4 * shape.params + ph.need
-        report.add(section, f"{name}: weights {4 * shape.params / GIB:.1f} + AdamW {ph.adamw / GIB:.1f} + vLLM's share "
-                            f"{ph.vllm / GIB:.1f} + the largest phase ({ph.peak_phase()}, update "
-                            f"{ph.update / GIB:.1f}) = {total / GIB:.1f} GiB")
-        if total <= card:
+        ph = trl_phases(shape, card=card, micro_rows=micro, generation_rows=args.per_device_train_batch_size * getattr(
+            args, "steps_per_generation", 1), completion=args.max_completion_length, precision=precision,
+            checkpointed=ckpt, vllm=vllm, utilization=getattr(args, "vllm_gpu_memory_utilization", 0.0),
+            sleep=sleep, processes=processes)
+        for line in describe(name, ph):
+            report.add(section, line)
+        if ph.total <= card:
             fits.append(name)
-    report.fits(section, fits, "per_device_train_batch_size", f"the update needs more than any target card holds "
-                f"({micro} rows per forward)", "a smaller per_device_train_batch_size (more steps_per_generation), "
-                "gradient_checkpointing, or a larger card")
+    term = ph.dominant(card)
+    field, fix = TRL_FIELDS[term]
+    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, most of it {memory.TERM_WORDS[term]} "
+                f"({micro} rows per forward), more than the {name} card holds ({card / GIB:.1f} GiB)", fix)
 
 
 def _check_output_dir(args, report: Report, argv: list[str]) -> None:

@@ -190,29 +190,66 @@ def _check_share(ov: dict, gpus: int, report: Report):
     return s
 
 
+# The override to change first, by the term that dominates (`Phases.dominant`), and the fix.
+VERL_FIELDS = {
+    "vllm": ("actor_rollout_ref.rollout.gpu_memory_utilization", "a lower rollout.gpu_memory_utilization (vLLM's KV "
+             "cache), or rollout.free_cache_engine=true (vLLM sleeps during the update)"),
+    "update": ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "fewer tokens per GPU (ppo_max_token_len_per_gpu, "
+               "or ppo_micro_batch_size_per_gpu without use_dynamic_bsz), or gradient checkpointing"),
+    "scoring": ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "fewer tokens per GPU in the log-prob "
+                "pass (log_prob_max_token_len_per_gpu, or log_prob_micro_batch_size_per_gpu)"),
+    "weights": ("trainer.n_gpus_per_node", "more GPUs to shard over (trainer.n_gpus_per_node, trainer.nnodes), or a "
+                "larger card"),
+}
+VERL_FIELDS["adamw"] = VERL_FIELDS["weights"]
+
+
+def _tokens(ov: dict, dynamic_key: str, max_key: str, micro_key: str, default_max: int) -> int:
+    """Tokens of one micro-batch: the dynamic cap, or micro rows x (max prompt + max response)."""
+    if ov.get(dynamic_key, "false").lower() == "true":
+        return int(ov.get(max_key, default_max))
+    rows = int(ov.get(micro_key) or 1)
+    return rows * (int(ov.get("data.max_prompt_length", 512)) + int(ov.get("data.max_response_length", 512)))
+
+
 def _check_memory(ov: dict, gpus: int, host: Host, gpu_memory, report: Report) -> None:
-    """FSDP shards the float32 weights, gradients and AdamW state over the GPUs; vLLM takes its share; a
-    micro-batch of ppo_max_token_len_per_gpu tokens (dynamic batch size) with activation checkpointing."""
-    section = "memory per GPU"
-    shape, source = model_shape(ov.get("actor_rollout_ref.model.path"))
+    """Memory per actor GPU (`engine_memory.verl_phases`): FSDP shards over the actor's GPUs, vLLM's share where the
+    rollout is colocated (asleep during the update with free_cache_engine), one micro-batch's tokens."""
+    from .engine_memory import UNKNOWN_FIX, describe, verl_phases
+
+    section, a = "memory per GPU", "actor_rollout_ref."
+    shape, source = model_shape(ov.get(a + "model.path"))
     if shape is None:
-        report.add(section, f"not estimated: {source}")
+        report.add(section, f"memory unknown: {source}")
+        report.refuse(a + "model.path", f"memory unknown: {source}", UNKNOWN_FIX)
         return
-    tokens = int(ov.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", 16384))
-    ckpt = ov.get("actor_rollout_ref.model.enable_gradient_checkpointing", "false").lower() == "true"
-    share = float(ov.get("actor_rollout_ref.rollout.gpu_memory_utilization", 0.5))
-    per_token = shape.kept_per_token("bf16", ckpt)
-    sharded = 16 * shape.params // gpus
+    tokens = _tokens(ov, a + "actor.use_dynamic_bsz", a + "actor.ppo_max_token_len_per_gpu",
+                     a + "actor.ppo_micro_batch_size_per_gpu", 16384)
+    logprob = _tokens(ov, a + "rollout.log_prob_use_dynamic_bsz", a + "rollout.log_prob_max_token_len_per_gpu",
+                      a + "rollout.log_prob_micro_batch_size_per_gpu",
+                      int(ov.get(a + "actor.ppo_max_token_len_per_gpu", 16384)))
+    ckpt = ov.get(a + "model.enable_gradient_checkpointing", "false").lower() == "true"
+    mode = ov.get("trainer.v1.trainer_mode", "sync") if ov.get("trainer.use_v1", "true").lower() == "true" else "legacy"
+    colocated = mode != "separate_async" and ov.get(a + "hybrid_engine", "true").lower() == "true"
+    asleep = ov.get(a + "rollout.free_cache_engine", "true").lower() == "true"
+    share = float(ov.get(a + "rollout.gpu_memory_utilization", 0.5))
+    rollout = ("rollout on GPUs of its own" if not colocated else "vLLM colocated, " + (
+        "asleep during the update (free_cache_engine)" if asleep else "awake during the update"))
+    report.add(section, f"{ov.get(a + 'model.path')}: {shape.params / 1e9:.3g}B parameters ({source}); FSDP over "
+                        f"{gpus} GPUs, bf16 compute; a micro-batch of {tokens} tokens in the update, {logprob} in the "
+                        f"log-prob pass; trainer {mode}: {rollout}")
     fits = []
     for name, card in target_cards(host, gpu_memory).items():
-        total = sharded + int(share * card) + tokens * per_token
-        report.add(section, f"{name}: weights, gradients and AdamW sharded {sharded / GIB:.1f} + vLLM's share "
-                            f"{share * card / GIB:.1f} + a micro-batch of {tokens} tokens {tokens * per_token / GIB:.1f}"
-                            f" = {total / GIB:.1f} GiB ({source})")
-        if total <= card:
+        ph = verl_phases(shape, card=card, shards=gpus, tokens=tokens, logprob_tokens=logprob, checkpointed=ckpt,
+                         utilization=share, colocated=colocated, asleep=asleep)
+        for line in describe(name, ph):
+            report.add(section, line)
+        if ph.total <= card:
             fits.append(name)
-    report.fits(section, fits, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "the update's micro-batch does "
-                "not fit", "fewer tokens per GPU, gradient checkpointing, or a lower rollout.gpu_memory_utilization")
+    term = ph.dominant(card)
+    field, fix = VERL_FIELDS.get(term, VERL_FIELDS["update"])
+    report.fits(section, fits, field, f"{ph.total / GIB:.1f} GiB per GPU, most of it {memory.TERM_WORDS[term]}, more "
+                f"than the {name} card holds ({card / GIB:.1f} GiB)", fix)
 
 
 def _check_folder_names_run(get, report: Report) -> None:
