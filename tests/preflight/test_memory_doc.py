@@ -141,10 +141,14 @@ def doc_totals(kind: str, argv: list[str], report, tmp_path) -> dict[tuple[str, 
             for name, card in CARDS.items():
                 out[(label, name)] = builtin_total(cfg, card) / GIB
     elif kind == "accelerate":
-        from grpo_replay.preflight.trl_launch import parse_script_args, split_launch
+        from pathlib import Path
 
-        processes, _, script, script_args = split_launch(["accelerate", *argv])
-        _, parsed = parse_script_args(script, script_args, False)
+        from grpo_replay.preflight.trl_parse import parse_script_args, split_launch
+        from grpo_replay.preflight.trl_script import read_script
+
+        run = split_launch(["accelerate", *argv], 0)
+        processes = run.processes
+        parsed = parse_script_args(read_script(Path(run.script)), run)
         args = next(v for v in parsed.values() if hasattr(v, "replay_preset"))
         args.model_name_or_path = next(getattr(v, "model_name_or_path") for v in parsed.values()
                                        if getattr(v, "model_name_or_path", None))
