@@ -37,7 +37,13 @@ KEYS: dict[str, str] = {
     "dynamic_sampling": "refused unless false: TRL's GRPOTrainer generates one batch per step",
     "max_generation_rounds": "used only with dynamic_sampling (refused with backend='trl'); TrainConfig refuses a "
                              "non-default value without it",
-    "advantage_scale": "scale_rewards (group | none)",
+    "advantage_scale": "scale_rewards (group | batch | none)",
+    "advantage_estimator": "refused unless grpo: TRL's GRPOTrainer computes group-relative advantages (scaled by "
+                           "scale_rewards = advantage_scale); rloo and reinforce_plus_plus_baseline are the built-in "
+                           "trainer's",
+    "reward_funcs": "refused unless []: the built-in trainer's weighted reward (ReplayGRPOTrainer itself takes "
+                    "several reward_funcs with reward_weights through the Python API)",
+    "reward_weights": "refused unless [] (with reward_funcs, the built-in trainer's)",
     "eval_every": "held-out evaluation every eval_every steps (a callback), and at the start and end",
     "eval_problems": "held-out evaluation",
     "eval_samples": "held-out evaluation",
@@ -102,6 +108,7 @@ def check(cfg: TrainConfig) -> None:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
                 "`steps` would no longer count generations; set num_iterations on ReplayGRPOConfig in Python)")
+    check_reward(cfg)
     if cfg.dynamic_sampling:
         _refuse("dynamic_sampling", cfg.dynamic_sampling, "false with backend='trl' (TRL's GRPOTrainer generates one "
                 "batch per step; dynamic sampling is the built-in trainer's)")
@@ -113,6 +120,16 @@ def check(cfg: TrainConfig) -> None:
     if cfg.loss.max_completion_length not in (None, budget):
         _refuse("loss.max_completion_length", cfg.loss.max_completion_length,
                 f"None or {budget} (the completion budget) with backend='trl'")
+
+
+def check_reward(cfg: TrainConfig) -> None:
+    """The estimator and the reward `--backend trl` applies: TRL's own GRPO advantages over the task's reward."""
+    if cfg.advantage_estimator != "grpo":
+        _refuse("advantage_estimator", cfg.advantage_estimator, "grpo with backend='trl' (TRL's GRPOTrainer computes "
+                "group-relative advantages; advantage_scale picks its scale_rewards: group, batch or none)")
+    if cfg.reward_funcs:
+        _refuse("reward_funcs", list(cfg.reward_funcs), "[] with backend='trl' (the task's own reward; the weighted "
+                "reward is the built-in trainer's: ReplayGRPOTrainer takes reward_funcs and reward_weights in Python)")
 
 
 def trl_share(cfg: TrainConfig):
