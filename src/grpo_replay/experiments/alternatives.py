@@ -22,10 +22,11 @@ import numpy as np
 from ..app import jsonl
 from ..app.run_files import EVALS, METRICS
 from . import budget_picks
+from .beyond_binary import NO_REPLAY
 from .markdown import table
 from .stats import budget_to_reach, ci, interp, median_ci, paired_ci
 
-ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "grpo_long")
+ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "grpo_long", *NO_REPLAY)
 """The arms without replay: what a user would pick instead (experiments/arms.py)."""
 AXES = (("generated", "generated rollouts"), ("row_passes", "update row-passes"), ("train_s", "training time (s)"))
 KEY = "acc_sampled"
