@@ -133,7 +133,7 @@ def test_full_setting_arms():
     assert arms["tau_none"].overrides["replay.tau_max"] is None
     # The full setting runs the paper's comparisons; the options have their own longer setting (PLAN.md, F).
     assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot", "alternatives", "alternatives_pilot",
-                                                        "dapo_budget", "with_dapo"}
+                                                        "dapo_budget", "with_dapo", "graded", "rloo", "dr_grpo"}
 
 
 def test_the_alternatives_comparison_holds_grpo_more_epochs_dapo_and_replay_each_a_valid_config(tmp_path, capsys):
