@@ -110,7 +110,7 @@ def test_the_task_reward_as_a_weighted_sum_of_one_trains_the_same(tiny_overrides
     assert without_times(one) == without_times(plain)
 
 
-def test_graded_reward_on_a_resumed_run_counts_from_the_checkpoint(tiny_overrides, tmp_path):
+def test_a_graded_run_resumes_with_its_reward_functions(tiny_overrides, tmp_path):
     """reward_funcs are part of the config a resume must match, and the run resumes with them."""
     out = tmp_path / "r"
     ov = dict(eval_every=0, reward_funcs=["digits", "format"], reward_weights=[0.9, 0.1])
