@@ -147,3 +147,17 @@ def test_v1_fit_replays_each_outcome_estimators_own_advantage(tq_cluster, tmp_pa
         first_fresh["grpo_vectorized"], first_fresh["grpo"], atol=1e-6)
     for name in ("rloo", "reinforce_plus_plus_baseline", "grpo_passk", "opo", "gpg"):
         assert not torch.allclose(first_fresh[name], first_fresh["grpo"], atol=1e-4), name
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("keys,error", [(None, r"GDPO requires 'algorithm.gdpo_reward_keys'"),
+                                        ("[acc]", r'key "prompts" not found in TensorDict')])
+def test_plain_verl_v1_cannot_run_gdpo(tq_cluster, tmp_path, keys, error):
+    """Why gdpo is refused on v1: verl's own v1 trainer, without replay, fails at its first advantage with it
+    (its `_compute_advantage` hands gdpo no reward components), with or without `algorithm.gdpo_reward_keys`."""
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    empty_tq()
+    extra = [] if keys is None else [f"+algorithm.gdpo_reward_keys={keys}"]
+    with pytest.raises((AssertionError, KeyError), match=error):
+        run_fit(TRAINER_REGISTRY["sync"], v1_config(tmp_path, "sync", "algorithm.adv_estimator=gdpo", *extra))
