@@ -45,8 +45,7 @@ TO_TRL = {
 }
 # key -> a value refused with backend=trl
 REFUSED = {"drift_probe": 8, "update_epochs": 2, "dynamic_sampling": True,
-           "max_generation_rounds": 3, "advantage_estimator": "rloo", "reward_funcs": ["digits", "format"],
-           "reward_weights": [2.0]}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
+           "max_generation_rounds": 3, "advantage_estimator": "rloo"}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
 # keys used by the command around TRL (evaluation, reward scoring, warm start, the real-model path, callbacks):
 # each is exercised by the tests named here.
 AROUND = {
@@ -55,6 +54,8 @@ AROUND = {
     "eval_samples": "test_around_settings_take_effect",
     "max_bad_steps": "test_max_bad_steps_stops_the_run",
     "reward_timeout": "test_cli_settings_reach_trl (handed to the testbed reward's RewardScorer)",
+    "reward_funcs": "tests/integrations/test_trl_estimators.py::test_backend_trl_trains_on_the_weighted_reward",
+    "reward_weights": "tests/integrations/test_trl_estimators.py::test_backend_trl_trains_on_the_weighted_reward",
     "torch_threads": "test_around_settings_take_effect",
     "lr_warmup_steps": "tests/trainer/test_trl_run_records.py::test_both_backends_log_one_lr_sequence (a callback)",
     "backend": "this file",

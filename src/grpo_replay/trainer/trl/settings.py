@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ...errors import ConfigError
 from ...generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
 from ..train_config import FIELDS, TrainConfig
+from .reward_funcs import reward_weights
 
 AGGREGATION_TO_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "dr_grpo": "dr_grpo"}
 
@@ -41,9 +42,9 @@ KEYS: dict[str, str] = {
     "advantage_estimator": "refused unless grpo: TRL's GRPOTrainer computes group-relative advantages (scaled by "
                            "scale_rewards = advantage_scale); rloo and reinforce_plus_plus_baseline are the built-in "
                            "trainer's",
-    "reward_funcs": "refused unless []: the built-in trainer's weighted reward (ReplayGRPOTrainer itself takes "
-                    "several reward_funcs with reward_weights through the Python API)",
-    "reward_weights": "refused unless [] (with reward_funcs, the built-in trainer's)",
+    "reward_funcs": "reward_funcs: one TRL reward function per name (each scored with reward_timeout, logged as "
+                    "rewards/<name>/mean)",
+    "reward_weights": "reward_weights",
     "eval_every": "held-out evaluation every eval_every steps (a callback), and at the start and end",
     "eval_problems": "held-out evaluation",
     "eval_samples": "held-out evaluation",
@@ -123,13 +124,10 @@ def check(cfg: TrainConfig) -> None:
 
 
 def check_reward(cfg: TrainConfig) -> None:
-    """The estimator and the reward `--backend trl` applies: TRL's own GRPO advantages over the task's reward."""
+    """The estimator `--backend trl` applies: TRL's own GRPO advantages."""
     if cfg.advantage_estimator != "grpo":
         _refuse("advantage_estimator", cfg.advantage_estimator, "grpo with backend='trl' (TRL's GRPOTrainer computes "
                 "group-relative advantages; advantage_scale picks its scale_rewards: group, batch or none)")
-    if cfg.reward_funcs:
-        _refuse("reward_funcs", list(cfg.reward_funcs), "[] with backend='trl' (the task's own reward; the weighted "
-                "reward is the built-in trainer's: ReplayGRPOTrainer takes reward_funcs and reward_weights in Python)")
 
 
 def trl_share(cfg: TrainConfig):
@@ -197,6 +195,7 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
         delta=cfg.loss.dual_clip_c,
         loss_type=AGGREGATION_TO_LOSS_TYPE[cfg.loss.aggregation],
         scale_rewards=cfg.advantage_scale,
+        **reward_weights(cfg),
         report_to=cfg.report_to.split(","),
         save_strategy="steps" if cfg.checkpoint_every else "no",
         save_steps=cfg.checkpoint_every or 500,
@@ -256,7 +255,8 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
 
     from ..lr_schedule import trl_callback as warmup
 
-    return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size),
+    return [HeldoutEvals(), NonFiniteGuard(),
+            metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size, reward_names=cfg.reward_funcs),
             warmup(cfg.lr_warmup_steps)]
 
 
