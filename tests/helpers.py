@@ -183,3 +183,35 @@ def buffer_with_advantages(adv, priority="abs_advantage", alpha=0.5, replacement
     b.group_std = torch.tensor([abs(a) for a in adv], dtype=torch.float32)
     buf.add(b, 0)
     return buf
+
+
+def estimator_loop(name, r, gid, eps):
+    """(B,) float64: advantage estimator `name` (grpo_replay.ESTIMATORS) as a per-row loop over python floats,
+    written from each estimator's definition (the reference the vectorised ones are tested against)."""
+    rows, ids = [float(x) for x in r], [int(g) for g in gid]
+    groups = {g: [rows[i] for i in range(len(rows)) if ids[i] == g] for g in set(ids)}
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+
+    def std(xs):
+        return (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+
+    dev = [rows[i] - mean(groups[ids[i]]) for i in range(len(rows))]
+    out = []
+    for i, x in enumerate(rows):
+        g = groups[ids[i]]
+        if name == "grpo":
+            out.append(0.0 if dev[i] == 0 else dev[i] / (std(g) + eps))
+        elif name == "dr_grpo":
+            out.append(dev[i])
+        elif name == "grpo_batch":
+            out.append(0.0 if dev[i] == 0 else dev[i] / (std(rows) + eps))
+        elif name == "rloo":
+            others = list(g)
+            others.remove(x)
+            out.append(x - mean(others) if others else 0.0)
+        else:  # reinforce_plus_plus_baseline
+            c = dev[i] - mean(dev)
+            out.append(0.0 if c == 0 else c / (std(dev) + eps))
+    return torch.tensor(out, dtype=torch.float64)

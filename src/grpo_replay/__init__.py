@@ -1,10 +1,10 @@
 """grpo-replay: rollout-level, advantage-prioritized experience replay for GRPO.
 
 Public core API (framework-agnostic): config and presets, the rollout batch, the buffer, priorities,
-compositions, group advantages, the replay-aware PPO-clip loss, the session every trainer drives
+compositions, advantage estimators, the replay-aware PPO-clip loss, the session every trainer drives
 (`ReplaySession`) and fresh-vs-replay metrics.
 """
-from .advantage import group_advantages, nonzero_variance_mask
+from .advantage import ESTIMATORS, estimate, group_advantages, nonzero_variance_mask
 from .buffer import BufferStateError, ReplayBuffer
 from .composed import ComposedBatch
 from .composition import COMPOSITIONS, compose_batch
@@ -21,6 +21,7 @@ __all__ = [
     "AGGREGATIONS",
     "BufferStateError",
     "COMPOSITIONS",
+    "ESTIMATORS",
     "ComposedBatch",
     "LossConfig",
     "PRESETS",
@@ -31,6 +32,7 @@ __all__ = [
     "RolloutBatch",
     "Tally",
     "compose_batch",
+    "estimate",
     "group_advantages",
     "nonzero_variance_mask",
     "ppo_clip_loss",

@@ -36,6 +36,8 @@ BUFFER_EVICTED_AGE = "buffer/evicted_age"  # rows evicted for age (tau_max), tot
 BUFFER_EVICTED_CAPACITY = "buffer/evicted_capacity"
 BUFFER_EVICTED_USES = "buffer/evicted_uses"
 BUFFER_EVICTED_DRIFT = "buffer/evicted_drift"
+# one reward function's mean over the step's generated rollouts, with TrainConfig.reward_funcs set (TRL's own name)
+REWARD_FUNC_MEAN = "rewards/{name}/mean"
 # fresh rows left out of this step's buffer insert for a NaN or inf log-prob at a counted token (logged when > 0)
 BUFFER_SKIPPED_NONFINITE = "buffer/skipped_nonfinite_logps"
 

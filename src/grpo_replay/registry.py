@@ -1,4 +1,4 @@
-"""Name-keyed registries (priorities, compositions, loss aggregations).
+"""Name-keyed registries (priorities, compositions, loss aggregations, advantage estimators).
 
 One registry per concept, one call signature per registry, a duplicate name is an error, and every call site
 looks the function up here, so a name accepted by the config is exactly a name the code can run.

@@ -44,9 +44,9 @@ def test_outputs_exist(quick_out):
 def test_numbers_consistent(quick_out):
     res = json.loads((quick_out / "report" / "results.json").read_text())
     assert res["missing_runs"] == []
-    assert set(res["arm_stats"]) == set(QUICK.only_arms)
+    assert set(res["arm_stats"]) == set(arms_for(QUICK.comparisons, QUICK.only_arms))
     runs = list(csv.DictReader(open(quick_out / "report" / "runs.csv")))
-    assert len(runs) == len(QUICK.only_arms) * QUICK.seeds
+    assert len(runs) == len(arms_for(QUICK.comparisons, QUICK.only_arms)) * QUICK.seeds
     for arm, st in res["arm_stats"].items():
         per_seed = [float(r["acc_sampled"]) for r in runs if r["arm"] == arm]
         f = st["final"]["acc_sampled"]
@@ -115,7 +115,7 @@ def test_rerun_skips_and_resumes(quick_out, capsys):
 def test_dry_run_and_bad_comparison(tmp_path, capsys):
     assert main(["compare", "--quick", "--out", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert out.count("todo") == len(QUICK.only_arms) * QUICK.seeds
+    assert out.count("todo") == len(arms_for(QUICK.comparisons, QUICK.only_arms)) * QUICK.seeds
     assert main(["compare", "--quick", "--out", str(tmp_path), "--comparisons", "nope"]) == 2
 
 
@@ -137,7 +137,7 @@ def test_full_setting_arms():
     assert arms["tau_none"].overrides["replay.tau_max"] is None
     # The full setting runs the paper's comparisons; the options have their own longer setting (PLAN.md, F).
     assert set(COMPARISONS) - set(FULL.comparisons) == {"options", "options_pilot", "alternatives", "alternatives_pilot",
-                                                        "dapo_budget", "with_dapo"}
+                                                        "dapo_budget", "with_dapo", "graded", "rloo", "dr_grpo"}
 
 
 def test_the_alternatives_comparison_holds_grpo_more_epochs_dapo_and_replay_each_a_valid_config(tmp_path, capsys):

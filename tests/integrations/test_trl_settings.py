@@ -27,7 +27,7 @@ TO_TRL = {
     "max_grad_norm": (0.5, "max_grad_norm", 0.5),
     "temperature": (0.7, "temperature", 0.7),
     "max_new_tokens": (5, "max_completion_length", 5),
-    "advantage_scale": ("none", "scale_rewards", "none"),
+    "advantage_scale": ("batch", "scale_rewards", "batch"),  # none: test_cli_settings_reach_trl
     "checkpoint_every": (3, "save_steps", 3),
     "keep_checkpoints": (4, "save_total_limit", 4),
     "out_dir": ("elsewhere/x", "output_dir", "elsewhere/x"),
@@ -45,7 +45,7 @@ TO_TRL = {
 }
 # key -> a value refused with backend=trl
 REFUSED = {"drift_probe": 8, "update_epochs": 2, "dynamic_sampling": True,
-           "max_generation_rounds": 3}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
+           "max_generation_rounds": 3, "advantage_estimator": "rloo"}  # max_generation_rounds: only with dynamic_sampling, refused with TRL
 # keys used by the command around TRL (evaluation, reward scoring, warm start, the real-model path, callbacks):
 # each is exercised by the tests named here.
 AROUND = {
@@ -54,6 +54,8 @@ AROUND = {
     "eval_samples": "test_around_settings_take_effect",
     "max_bad_steps": "test_max_bad_steps_stops_the_run",
     "reward_timeout": "test_cli_settings_reach_trl (handed to the testbed reward's RewardScorer)",
+    "reward_funcs": "tests/integrations/test_trl_estimators.py::test_backend_trl_trains_on_the_weighted_reward",
+    "reward_weights": "tests/integrations/test_trl_estimators.py::test_backend_trl_trains_on_the_weighted_reward",
     "torch_threads": "test_around_settings_take_effect",
     "lr_warmup_steps": "tests/trainer/test_trl_run_records.py::test_both_backends_log_one_lr_sequence (a callback)",
     "backend": "this file",

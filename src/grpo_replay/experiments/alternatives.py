@@ -20,10 +20,11 @@ import numpy as np
 
 from . import budget_picks
 from .axis_runs import AxisRun, load, paired_at
+from .beyond_binary import NO_REPLAY
 from .markdown import table
 from .stats import budget_to_reach, ci, interp, median_ci, paired_ci
 
-ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "grpo_long")
+ALTERNATIVES = ("grpo", "grpo_mu2", "grpo_mu4", "dapo", "dapo_r3", "grpo_long", *NO_REPLAY)
 """The arms without replay: what a user would pick instead (experiments/arms.py)."""
 AXES = (("generated", "generated rollouts"), ("row_passes", "update row-passes"), ("train_s", "training time (s)"))
 PRESET_CANDIDATE = "fill"

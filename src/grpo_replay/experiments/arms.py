@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..tasks.testbed.testbed_config import TINY_TESTBED  # noqa: F401  (re-exported: the quick setting uses it)
+from .beyond_binary import ARM_NAMES as BEYOND_ARMS
+from .beyond_binary import beyond_arms, beyond_comparisons
 
 
 BASE = "grpo"
@@ -50,6 +52,7 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         *option_arms(),
         *alternative_arms(),
         *dapo_budget_arms(),
+        *beyond_arms(Arm),
         Arm(
             "grpo_cm",
             f"compute-matched GRPO ({cm_prompts} prompts/step = (1 + replay_ratio) x {ppp})",
@@ -228,6 +231,7 @@ COMPARISONS: dict[str, Comparison] = {
             reference="dapo",
             pairs=(("dapo_paper", "paper_long"), (f"fill_r{CAPPED_ROUNDS}", "fill_long")),
         ),
+        *beyond_comparisons(Comparison),
         Comparison(
             "alpha", "Priority exponent alpha (uniform priority = alpha 0)", ("grpo", "prio_uniform", "paper", "alpha1"),
             "How sharp should the |A| priority be?",
@@ -237,7 +241,8 @@ COMPARISONS: dict[str, Comparison] = {
 
 # Order in which comparisons are scheduled (and dropped first when --comparisons is narrowed): alpha last.
 PRIORITY_ORDER = ("main", "tau_max", "composition", "priority", "compute", "options_pilot", "options",
-                  "alternatives_pilot", "alternatives", "dapo_budget", "with_dapo", "alpha")
+                  "alternatives_pilot", "alternatives", "dapo_budget", "with_dapo", "graded", "rloo", "dr_grpo",
+                  "alpha")
 PAPER_COMPARISONS = ("main", "tau_max", "composition", "priority", "compute", "alpha")
 """The full setting's default: the paper's comparisons (the options have their own, longer runs: docs/results/PLAN.md)."""
 
@@ -275,7 +280,7 @@ QUICK = Setting(
     comparisons=("main", "tau_max", "compute"),
     cache_in_out=True,
     budgets=2,
-    only_arms=("grpo", "paper", "tau2", "grpo_cm"),
+    only_arms=("grpo", "paper", "tau2", "grpo_cm", *BEYOND_ARMS),  # the section I arms run with --comparisons only
 )
 
 FULL = Setting(

@@ -20,7 +20,8 @@ UNHASHED = ("out_dir", "progress", "testbed.cache_dir", "testbed.progress_every"
 # Keys hashed only away from their default: a run that leaves them alone computes what a run made before they existed
 # did (the update and the generation are the same code path), so it keeps that run's hash and directory.
 # drift_probe adds the drift/* columns: a run without them lacks what was asked.
-_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10, "drift_probe": 0}
+_HASHED_WHEN_SET = {"update_epochs": 1, "dynamic_sampling": False, "max_generation_rounds": 10, "drift_probe": 0,
+                    "advantage_estimator": "grpo", "reward_funcs": (), "reward_weights": ()}
 # Hashed only since then: a finished run under the hash without them is reused when its config holds the values asked.
 _HASHED_LATER = ("drift_probe",)
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import ReplayBuffer, RolloutBatch, group_advantages, nonzero_variance_mask
+from .. import ReplayBuffer, RolloutBatch, estimate, nonzero_variance_mask
 from .. import metric_names as mn
 from ..diagnostics import split_tally
 from ..session import ReplaySession
@@ -64,7 +64,7 @@ from ..metric_names import BUFFER_SKIPPED_NONFINITE as NONFINITE_KEY
 from .update import epoch_metrics, forward_precision
 from .update import update as _update  # the name tests patch
 from .memory import card_bytes, check_step_memory, eval_chunk, model_shape
-from .rewards import RewardScorer, SafeRewardTask
+from .rewards import SafeRewardTask, WeightedReward, term_means, training_reward
 from .rundir import RunDir
 from .train_config import TrainConfig
 from .setup import build_policy
@@ -87,7 +87,7 @@ class Run:
     task: Any
     held_out: HeldOut  # the held-out problems, the reward-guarded task and the evaluation settings
     generator: Any
-    scorer: RewardScorer
+    scorer: WeightedReward  # the training reward (reward_funcs); score_one: the task's own, for evaluation
     optimizer: torch.optim.Optimizer
     scheduler: Any
     session: ReplaySession  # the buffer and its bookkeeping (Algorithm 1 steps 4-7)
@@ -164,7 +164,7 @@ def setup(cfg: TrainConfig, run_dir: RunDir) -> Run:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor(cfg.lr_warmup_steps))
     session = ReplaySession(cfg.replay, seed=cfg.seed)
     prompt_rng = np.random.default_rng(cfg.seed)
-    scorer = RewardScorer(task.reward, cfg.reward_timeout)
+    scorer = training_reward(cfg, task)
     # Evaluation through transformers: as many problems at a time as fit beside the step (memory.eval_chunk).
     held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer),  # evaluation rewards: the same timeout
                        chunk=eval_chunk(cfg, model_shape(model), device.type, card_bytes(device)))
@@ -274,7 +274,7 @@ def generate_round(run: Run, t: int) -> Round:
     rewards_list, reward_counts = run.scorer(gen.texts, [p for p in problems for _ in range(cfg.group_size)])
     rewards = torch.tensor(rewards_list, dtype=torch.float32)  # (N,)
     group_ids = torch.arange(n_gen) // cfg.group_size  # (N,)
-    advantages, group_std = group_advantages(rewards, group_ids, scale=cfg.advantage_scale)  # (N,), (N,)
+    advantages, group_std = estimate(cfg.estimator, rewards, group_ids)  # (N,), (N,): the round's estimator
 
     # 3. Drop zero-variance groups (all correct or all wrong: every A_i = 0).
     keep = nonzero_variance_mask(rewards, group_ids)  # (N,) bool
@@ -334,7 +334,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "grad_norm": stats["grad_norm"] if stats else None,
         "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
         "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
-        **gen.reward_counts,
+        **term_means(gen.reward_counts, len(gen.rewards)),  # reward/errors, /timeouts, rewards/<name>/mean
         **replay,
         **run.session.buffer_metrics(t + 1),
         **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),

@@ -17,6 +17,8 @@ import queue
 import threading
 from typing import Callable, Sequence
 
+from .. import metric_names as mn
+
 log = logging.getLogger("grpo_replay.trainer")
 _LOGGED_PER_KIND = 3  # failures logged with their cause per scorer and kind; all are counted
 
@@ -123,3 +125,81 @@ class SafeRewardTask:
 
     def __getattr__(self, name: str):
         return getattr(self._task, name)
+
+
+class WeightedReward:
+    """The training reward sum_k w_k f_k(text, problem) of `TrainConfig.reward_funcs` / `reward_weights`, each
+    function scored through its own `RewardScorer` (a call that raises or times out scores that term 0 and is
+    counted). `score_one` (the held-out evaluation, `SafeRewardTask`) scores the task's own reward, `correct`.
+
+    A call returns (rewards, counts): counts holds reward/errors and reward/timeouts summed over the functions and,
+    when the functions are logged, each function's sum over the rows (`SUM_KEY`), which `term_means` turns into
+    the metrics row's rewards/<name>/mean (sums add up over dynamic sampling's rounds; means would not)."""
+
+    SUM_KEY = "rewards/{name}/sum"
+
+    def __init__(self, terms: Sequence[tuple[str, float, RewardScorer]], correct: RewardScorer, log_terms: bool):
+        self.terms = list(terms)
+        self.correct = correct
+        self.log_terms = log_terms
+        self._scorers = [correct, *(s for _, _, s in self.terms if s is not correct)]
+
+    def __call__(self, texts: Sequence[str], problems: Sequence[object]) -> tuple[list[float], dict[str, float]]:
+        total = [0.0] * len(texts)
+        counts: dict[str, float] = {"reward/errors": 0, "reward/timeouts": 0}
+        for name, weight, scorer in self.terms:
+            values, c = scorer(texts, problems)
+            total = [t + weight * v for t, v in zip(total, values)]
+            counts["reward/errors"] += c["reward/errors"]
+            counts["reward/timeouts"] += c["reward/timeouts"]
+            if self.log_terms:
+                counts[self.SUM_KEY.format(name=name)] = float(sum(values))
+        return total, counts
+
+    def score_one(self, text: str, problem: object) -> float:
+        return self.correct.score_one(text, problem)
+
+    @property
+    def errors(self) -> int:
+        return sum(s.errors for s in self._scorers)
+
+    @property
+    def timeouts(self) -> int:
+        return sum(s.timeouts for s in self._scorers)
+
+    def counts(self) -> dict[str, int]:
+        return {"reward_errors": self.errors, "reward_timeouts": self.timeouts}
+
+    def restore(self, counts: dict) -> None:
+        """A resumed run's totals (one sum per kind in the checkpoint) go to the first scorer; the others restart."""
+        self.correct.restore(counts)
+        for s in self._scorers[1:]:
+            s.restore({})
+
+
+def term_means(counts: dict, n_rows: int) -> dict[str, float]:
+    """`counts` with each function's row sum (`WeightedReward.SUM_KEY`) replaced by its mean over `n_rows`."""
+    out = {}
+    for k, v in counts.items():
+        name = _term_name(k)
+        out[k if name is None else mn.REWARD_FUNC_MEAN.format(name=name)] = v if name is None else v / max(n_rows, 1)
+    return out
+
+
+def _term_name(key: str) -> str | None:
+    head, tail = WeightedReward.SUM_KEY.split("{name}")
+    return key[len(head): -len(tail)] if key.startswith(head) and key.endswith(tail) else None
+
+
+def training_reward(cfg, task) -> WeightedReward:
+    """The run's `WeightedReward`: `cfg.reward_funcs` with `cfg.reward_weights` (default: the task's own reward,
+    weight 1, which scores exactly as that reward alone)."""
+    from ..tasks.reward_funcs import reward_functions
+
+    funcs = reward_functions(cfg.reward, task)
+    correct = RewardScorer(task.reward, cfg.reward_timeout)
+    names = list(cfg.reward_funcs) or ["correct"]
+    weights = list(cfg.reward_weights) or [1.0] * len(names)
+    terms = [(n, float(w), correct if n == "correct" else RewardScorer(funcs[n], cfg.reward_timeout))
+             for n, w in zip(names, weights)]
+    return WeightedReward(terms, correct, log_terms=bool(cfg.reward_funcs))

@@ -15,12 +15,14 @@ import yaml
 from ..app import configio
 from ..errors import ConfigError
 from ..advantage import SCALES
+from ..tasks.reward_funcs import TASK_REWARD_FUNCS
 from ..config import PRESETS, ReplayConfig
 from ..loss import LossConfig
 from ..validation import MAX_SEED
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS, TestbedConfig
 
 REWARDS = ("testbed", "math")
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")  # verl's adv_estimator names
 BACKENDS = ("builtin", "trl")
 GENERATORS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
@@ -63,6 +65,14 @@ class TrainConfig:
     """Held-out prompts for the math task (default: the last eval_problems rows of --data)."""
     reward: str = "testbed"
     """testbed (the synthetic task's exact-match reward) | math (math-verify grading of a \\boxed{} answer)."""
+    reward_funcs: tuple[str, ...] = ()
+    """The training reward as a weighted sum of named reward functions, each logged as rewards/<name>/mean;
+    () = the task's own reward (correct). testbed: correct (1 iff the final answer is right) | digits (partial
+    credit: the share of the answer's digit positions, aligned from the units, that are right; 0 without a
+    well-formed answer) | format (1 iff the completion ends in a well-formed answer). math: correct. The held-out
+    evaluation always scores correct."""
+    reward_weights: tuple[float, ...] = ()
+    """One weight per reward_funcs entry, in its order (TRL's reward_weights); () = 1 for each."""
     reward_timeout: float = 10.0
     """Seconds a reward call may take before it is scored 0 and counted."""
 
@@ -112,8 +122,16 @@ class TrainConfig:
     so micro_batch_size stays a memory setting that does not change the result. Every pass uses the rows'
     behaviour log-probs (the first pass's for fresh rows, the stored ones for replayed rows), so the clip acts on
     fresh rows from the second pass on; the learning-rate schedule advances once per step. Built-in trainer only."""
+    advantage_estimator: str = "grpo"
+    """How a rollout's advantage is computed from its generation round's rewards (verl's adv_estimator names):
+    grpo (r_i - group mean, scaled as advantage_scale says) | rloo (r_i minus the mean of the other rollouts of its
+    group, unscaled) | reinforce_plus_plus_baseline (r_i - group mean, then whitened over the round's rollouts).
+    A replayed row keeps the advantage its own generation gave it; its priority is |A_i| of that value.
+    backend=trl: grpo only (TRL's GRPOTrainer computes the advantages)."""
     advantage_scale: str = "group"
-    """group: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)."""
+    """With advantage_estimator=grpo (TRL's scale_rewards): group: (r - mean_g) / (std_g + eps); batch:
+    (r - mean_g) / (std of the round's rewards + eps); none: r - mean_g (Dr.GRPO). The other estimators fix their
+    own scale: group (the default) only."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy-loss settings (loss.eps_low, loss.eps_high, ...)."""
     max_bad_steps: int = 5
@@ -196,8 +214,13 @@ class TrainConfig:
             v = getattr(self, name)
             if not (configio.is_finite(v) and ok(v)):
                 configio.bad(self, name, allowed)
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            configio.bad(self, "advantage_estimator", ", ".join(ADVANTAGE_ESTIMATORS))
         if self.advantage_scale not in SCALES:
             configio.bad(self, "advantage_scale", ", ".join(SCALES))
+        if self.advantage_estimator != "grpo" and self.advantage_scale != "group":
+            configio.bad(self, "advantage_scale", f"group (the default) with advantage_estimator="
+                         f"{self.advantage_estimator!r}, which fixes its own scale; batch and none scale grpo")
         if self.device not in DEVICES:
             configio.bad(self, "device", ", ".join(DEVICES))
         if self.backend not in BACKENDS:
@@ -213,6 +236,7 @@ class TrainConfig:
         self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # normalised, e.g. "tensorboard,wandb"
         if self.reward not in REWARDS:
             configio.bad(self, "reward", ", ".join(REWARDS))
+        self._check_reward_funcs()
         if self.reward == "math" and not self.data:
             raise ConfigError("TrainConfig.reward='math' needs TrainConfig.data (a JSONL path or dataset name)")
         if self.model_file and not self.model:
@@ -221,6 +245,25 @@ class TrainConfig:
             raise ConfigError(
                 "TrainConfig.model / TrainConfig.data are for real models; set reward='math' (--reward math) with them"
             )
+
+    def _check_reward_funcs(self) -> None:
+        allowed = TASK_REWARD_FUNCS.get(self.reward, ())
+        for name in self.reward_funcs:
+            if name not in allowed:
+                configio.bad(self, "reward_funcs", f"a list of {', '.join(allowed)} with reward={self.reward!r}")
+        if len(set(self.reward_funcs)) != len(self.reward_funcs):
+            configio.bad(self, "reward_funcs", "a list of distinct names")
+        if self.reward_weights and len(self.reward_weights) != len(self.reward_funcs):
+            configio.bad(self, "reward_weights", f"[] or one weight per reward_funcs entry ({len(self.reward_funcs)})")
+        if not all(configio.is_finite(w) for w in self.reward_weights):
+            configio.bad(self, "reward_weights", "finite numbers")
+
+    @property
+    def estimator(self) -> str:
+        """The run's entry of the core's `ESTIMATORS` (advantage_estimator with grpo's advantage_scale)."""
+        if self.advantage_estimator != "grpo":
+            return self.advantage_estimator
+        return {"group": "grpo", "batch": "grpo_batch", "none": "dr_grpo"}[self.advantage_scale]
 
     @property
     def run_dir(self) -> Path:

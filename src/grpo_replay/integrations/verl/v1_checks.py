@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from ...config import ReplayConfig
 from ...session import effective_age_bound
+from .estimators import check_estimator
 from .settings import VerlReplaySettings, replay_dict, split_config
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def check_config(config: Any) -> None:
             f"{field}: replay stores one advantage per rollout and a critic's token-level values cannot be replayed; "
             "allowed: an outcome estimator (grpo, rloo, reinforce_plus_plus_baseline, ...) with critic.enable "
             "null/false, or plain verl (python -m verl.trainer.main_ppo) for GAE")
+    check_estimator(config)
     if _get(config, "actor_rollout_ref.actor.use_prefix_grouper", False):
         raise ValueError(
             "actor_rollout_ref.actor.use_prefix_grouper=true: verl's v1 trainer does not use the prefix grouper "

@@ -21,9 +21,10 @@ from ... import metric_names as mn
 from ...app.run_files import CONFIG, FINAL, LOG_HISTORY, TRL_CHECKPOINT_PREFIX, TRL_SUMMARY, trl_checkpoint_name
 from . import settings
 from ..lifecycle import HeldOut, resolve_device, summary
-from ..rewards import RewardScorer, SafeRewardTask
+from ..rewards import RewardScorer, SafeRewardTask, WeightedReward, training_reward
 from ..rundir import RunDir, claim
 from ..train_config import TrainConfig
+from .reward_funcs import named_reward_funcs
 
 
 # The testbed problems TRL's dataset holds; its sampler draws each step's prompts from them.
@@ -135,6 +136,8 @@ def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
     task = TestbedTask(cfg.testbed, tokenizer)
     problems = task.sample_problems(np.random.default_rng(cfg.seed), TRAIN_PROBLEMS)
     dataset, testbed_reward = _dataset_and_reward(task, problems, cfg.reward_timeout)
+    if cfg.reward_funcs:  # the weighted reward: one TRL reward function per name
+        testbed_reward = named_reward_funcs(training_reward(cfg, task), _testbed_adapter)
     args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), **no_activation_checkpointing(), **trl_overrides})
     out = Path(args.output_dir)  # cfg.run_dir, unless trl_overrides moved it
     trainer = ReplayGRPOTrainer(
@@ -161,8 +164,6 @@ def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -
     back (TRL passes every dataset column to the reward function by name)."""
     from datasets import Dataset
 
-    from ...tasks.testbed import TestbedProblem
-
     dataset = Dataset.from_dict(
         {
             "prompt": [p.prompt for p in problems],
@@ -175,13 +176,26 @@ def _dataset_and_reward(task, problems: list, timeout: Optional[float] = None) -
     scorer = RewardScorer(task.reward, timeout) if timeout is not None else None
 
     def testbed_reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
-        rows = [TestbedProblem(id=i, prompt=p, answer=a, difficulty=d)
-                for p, i, a, d in zip(prompts, problem_id, answer, difficulty)]
+        rows = _testbed_rows(prompts, problem_id, answer, difficulty)
         if scorer is not None:
             return scorer(list(completions), rows)[0]
         return [task.reward(c, row) for c, row in zip(completions, rows)]
 
     return dataset, testbed_reward
+
+
+def _testbed_rows(prompts, problem_id, answer, difficulty) -> list:
+    from ...tasks.testbed import TestbedProblem
+
+    return [TestbedProblem(id=i, prompt=p, answer=a, difficulty=d)
+            for p, i, a, d in zip(prompts, problem_id, answer, difficulty)]
+
+
+def _testbed_adapter(score) -> Callable[..., list[float]]:
+    def reward(completions, prompts, problem_id, answer, difficulty, **_: Any) -> list[float]:
+        return score(list(completions), _testbed_rows(prompts, problem_id, answer, difficulty))[0]
+
+    return reward
 
 
 def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
@@ -198,7 +212,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     model, tokenizer, task, setup_info = build_policy(cfg, device)
     check_step_memory(cfg, model, cfg.completion_budget(), device)  # before TRL allocates anything
-    scorer = RewardScorer(task.reward, cfg.reward_timeout)
+    scorer = training_reward(cfg, task)  # the task's reward (evaluation, and training unless reward_funcs is set)
     # TRL's backend evaluates through transformers whatever generates its rollouts: problems per call sized to fit.
     held_out = HeldOut(cfg, tokenizer, SafeRewardTask(task, scorer),  # evaluation rewards guarded alike
                        chunk=eval_chunk(cfg, model_shape(model), device.type, card_bytes(device)))
@@ -208,9 +222,15 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
     prompts = [[{"role": "user", "content": p.message}] if task.use_chat_template else p.prompt for p in task.train]
     dataset = Dataset.from_dict({"prompt": prompts, "problem_id": [p.id for p in task.train]})
 
-    def math_reward(completions, problem_id, **_: Any) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return scorer(texts, [by_id[i] for i in problem_id])[0]
+    def math_adapter(score) -> Callable[..., list[float]]:
+        def math_reward(completions, problem_id, **_: Any) -> list[float]:
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return score(texts, [by_id[i] for i in problem_id])[0]
+
+        return math_reward
+
+    # the weighted reward: one TRL reward function per name, counted with the evaluation's in `scorer`
+    math_reward = named_reward_funcs(scorer, math_adapter) if cfg.reward_funcs else math_adapter(scorer)
 
     args = ReplayGRPOConfig(**{**settings.trl_kwargs(cfg), "output_dir": str(run_dir),
                                  "use_cpu": device.type == "cpu",
@@ -231,7 +251,7 @@ def _train_real(cfg: TrainConfig, run_dir) -> dict[str, Any]:
                    reward_errors=scorer.errors, reward_timeouts=scorer.timeouts)
 
 
-def reward_counts_callback(scorer: RewardScorer, rank: int):
+def reward_counts_callback(scorer: RewardScorer | WeightedReward, rank: int):
     """A TRL callback that keeps the reward scorer's error and timeout totals (this process's) in every checkpoint
     and puts them back on resume, so a resumed run's summary.json counts the steps before the resume too."""
     from transformers import TrainerCallback

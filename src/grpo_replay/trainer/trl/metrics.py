@@ -30,15 +30,18 @@ SHARED = (mn.REPLAY_SHARE, mn.REPLAY_AGE_MEAN, mn.REPLAY_AGE_MAX, mn.FRESH_ABS_A
           mn.REPLAY_DRIFT_DROPPED, mn.REPLAY_DRIFT_MEAN, mn.REPLAY_DRIFT_MAX, mn.BUFFER_EVICTED_DRIFT)
 
 
-def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int) -> Optional[dict[str, Any]]:
+def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int,
+                reward_names: tuple[str, ...] = ()) -> Optional[dict[str, Any]]:
     """The metrics.jsonl row of optimizer step `step` from TRL's log of it; None for a log that is not a training
-    step's (TRL's end-of-training summary). rollouts_per_step = prompts_per_step x group_size."""
+    step's (TRL's end-of-training summary). rollouts_per_step = prompts_per_step x group_size; reward_names:
+    TrainConfig.reward_funcs, whose rewards/<name>/mean TRL logs under the built-in trainer's name."""
     if "reward" not in logs:
         return None
     logs = mn.canonical(logs)  # a log written by an older ReplayGRPOTrainer (a resumed run's) reads alike
     row: dict[str, Any] = {"step": step, "generated": step * rollouts_per_step}
     row.update({name: logs[key] for name, key in RENAMED.items() if key in logs})
     row.update({name: logs[name] for name in SHARED if name in logs})
+    row.update({k: logs[k] for k in (mn.REWARD_FUNC_MEAN.format(name=n) for n in reward_names) if k in logs})
     if mn.REPLAY_COUNT in logs:
         # update rows: replay rows over their share; without replay, every generated row (TRL's update keeps the
         # zero-variance groups, at advantage 0, where the built-in trainer drops them)
@@ -52,7 +55,7 @@ def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int) -> Opti
     return row
 
 
-def callback(run_dir: Path, rollouts_per_step: int):
+def callback(run_dir: Path, rollouts_per_step: int, reward_names: tuple[str, ...] = ()):
     """A TrainerCallback appending `metrics_row` of every logged training step to run_dir/metrics.jsonl."""
     from transformers import TrainerCallback
 
@@ -62,7 +65,7 @@ def callback(run_dir: Path, rollouts_per_step: int):
 
     class MetricsLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **_):
-            row = metrics_row(logs or {}, state.global_step, rollouts_per_step)
+            row = metrics_row(logs or {}, state.global_step, rollouts_per_step, tuple(reward_names))
             if row is not None and state.is_world_process_zero:
                 run.log_metrics(row)
 

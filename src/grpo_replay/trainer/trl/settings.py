@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ...errors import ConfigError
 from ...generation.vllm import GPU_SHARE as VLLM_GPU_SHARE  # TRL's colocated engine gets the built-in one's share
 from ..train_config import FIELDS, TrainConfig
+from .reward_funcs import reward_weights
 
 AGGREGATION_TO_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "dr_grpo": "dr_grpo"}
 
@@ -37,7 +38,13 @@ KEYS: dict[str, str] = {
     "dynamic_sampling": "refused unless false: TRL's GRPOTrainer generates one batch per step",
     "max_generation_rounds": "used only with dynamic_sampling (refused with backend='trl'); TrainConfig refuses a "
                              "non-default value without it",
-    "advantage_scale": "scale_rewards (group | none)",
+    "advantage_scale": "scale_rewards (group | batch | none)",
+    "advantage_estimator": "refused unless grpo: TRL's GRPOTrainer computes group-relative advantages (scaled by "
+                           "scale_rewards = advantage_scale); rloo and reinforce_plus_plus_baseline are the built-in "
+                           "trainer's",
+    "reward_funcs": "reward_funcs: one TRL reward function per name (each scored with reward_timeout, logged as "
+                    "rewards/<name>/mean)",
+    "reward_weights": "reward_weights",
     "eval_every": "held-out evaluation every eval_every steps (a callback), and at the start and end",
     "eval_problems": "held-out evaluation",
     "eval_samples": "held-out evaluation",
@@ -102,6 +109,7 @@ def check(cfg: TrainConfig) -> None:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
                 "`steps` would no longer count generations; set num_iterations on ReplayGRPOConfig in Python)")
+    check_reward(cfg)
     if cfg.dynamic_sampling:
         _refuse("dynamic_sampling", cfg.dynamic_sampling, "false with backend='trl' (TRL's GRPOTrainer generates one "
                 "batch per step; dynamic sampling is the built-in trainer's)")
@@ -113,6 +121,13 @@ def check(cfg: TrainConfig) -> None:
     if cfg.loss.max_completion_length not in (None, budget):
         _refuse("loss.max_completion_length", cfg.loss.max_completion_length,
                 f"None or {budget} (the completion budget) with backend='trl'")
+
+
+def check_reward(cfg: TrainConfig) -> None:
+    """The estimator `--backend trl` applies: TRL's own GRPO advantages."""
+    if cfg.advantage_estimator != "grpo":
+        _refuse("advantage_estimator", cfg.advantage_estimator, "grpo with backend='trl' (TRL's GRPOTrainer computes "
+                "group-relative advantages; advantage_scale picks its scale_rewards: group, batch or none)")
 
 
 def trl_share(cfg: TrainConfig):
@@ -180,6 +195,7 @@ def trl_kwargs(cfg: TrainConfig) -> dict[str, Any]:
         delta=cfg.loss.dual_clip_c,
         loss_type=AGGREGATION_TO_LOSS_TYPE[cfg.loss.aggregation],
         scale_rewards=cfg.advantage_scale,
+        **reward_weights(cfg),
         report_to=cfg.report_to.split(","),
         save_strategy="steps" if cfg.checkpoint_every else "no",
         save_steps=cfg.checkpoint_every or 500,
@@ -239,7 +255,8 @@ def callbacks(cfg: TrainConfig, evaluate_fn: Callable[[Any], dict[str, Any]]) ->
 
     from ..lr_schedule import trl_callback as warmup
 
-    return [HeldoutEvals(), NonFiniteGuard(), metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size),
+    return [HeldoutEvals(), NonFiniteGuard(),
+            metrics_log(cfg.run_dir, cfg.prompts_per_step * cfg.group_size, reward_names=cfg.reward_funcs),
             warmup(cfg.lr_warmup_steps)]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ..estimators import check_estimator
 from ..settings import check_options, split_config
 
 ROUTER_REPLAY_MODES = ("actor_rollout_ref.actor.megatron.router_replay.mode",
@@ -27,6 +28,7 @@ def check_config(config: Any) -> None:
     replay = _get(config, "replay")
     if replay is not None:
         check_options(*split_config(OmegaConf.to_container(replay, resolve=True)), legacy=True)
+    check_estimator(config, v1=False)
     for field in ROUTER_REPLAY_MODES:
         mode = _get(config, field, "disabled")
         if mode not in (None, "disabled"):
