@@ -1,5 +1,6 @@
 """`ReplaySession`: the age bound, the rows waiting for the update window, the drift bound, the tally, save/load."""
 import numpy as np
+import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, metric_names as mn
@@ -105,6 +106,11 @@ def test_drift_bound_evicts_replayed_rows_above_it_and_never_fresh_ones():
     m = s.tally(batch, 1, drift=drift, dropped=dropped).metrics()
     assert m[mn.REPLAY_DRIFT_DROPPED] == 1 and m[mn.REPLAY_DRIFT_MAX] == 0.5
     assert abs(m[mn.REPLAY_DRIFT_MEAN] - 0.275) < 1e-6
+    # The counts, share, |A| and age are of the rows that reached the loss: the dropped row is not among them.
+    kept = batch.is_replay & ~dropped
+    assert m[mn.REPLAY_COUNT] == 1 and m[mn.FRESH_COUNT] == len(fresh)
+    assert m[mn.REPLAY_SHARE] == pytest.approx(1 / (len(fresh) + 1))
+    assert m[mn.REPLAY_ABS_ADV] == pytest.approx(float(batch.advantages[kept].abs().mean()))
     assert not ReplaySession(ReplayConfig()).drifted(batch, drift).any()  # no bound: nothing dropped
 
 
