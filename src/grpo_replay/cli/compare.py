@@ -147,6 +147,7 @@ def planned(args: argparse.Namespace) -> Plan:
         if bad:
             raise UsageError(f"unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}")
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
+        setting = setting.for_comparisons(True)  # a comparison named runs its arms, with --quick too
     seeds, jobs = _seeds_and_jobs(args, setting)
     specs, arms, extra = _plan(args, setting, testbed, comparisons, seeds, out)
     return Plan(specs, arms, setting, comparisons, bench, seeds, jobs, out, report_dir, extra)
