@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_commands import VERL_SCRIPTS, doc_commands, strip_python_m
+from gpu_commands import VERL_SCRIPTS, doc_commands, from_the_checkout, strip_python_m
 from grpo_replay.cli import main
 from grpo_replay.cli.preflight import resolve
 from grpo_replay.preflight.host import Host
@@ -40,16 +40,8 @@ def test_every_kind_of_documented_launch_is_collected(documented):
     assert any(a[0] == "compare" and "--backend" in a for _, k, a in documented if k == "grpo-replay")
 
 
-def _from_the_checkout(argv: list[str]) -> list[str]:
-    """The launch with the checkout's own files (scripts, configs) given by absolute path, so that it resolves from
-    the test's folder: every run folder it names relative (train's default runs/<preset>-seed<seed>, a TRL config's
-    output_dir, verl's checkpoints/) is then the test's, never one the checkout's main job wrote."""
-    return [str(ROOT / a) if not a.startswith(("-", "runs/", "checkpoints/")) and (ROOT / a).is_file() else a
-            for a in argv]
-
-
 def _report(kind, argv, tmp_path):
-    argv = _from_the_checkout(argv)
+    argv = from_the_checkout(argv)
     if kind == "verl":
         ov = overrides_dict(argv)
         for key in ("data.train_files", "data.val_files"):  # the recipe's data: prepared by the user
@@ -61,7 +53,7 @@ def _report(kind, argv, tmp_path):
 
 
 def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the launches' relative run folders: the test's (`_from_the_checkout`)
+    monkeypatch.chdir(tmp_path)  # the launches' relative run folders: the test's (`from_the_checkout`)
     failed = []
     for source, kind, argv in documented:
         report = _report(kind, argv, tmp_path)
