@@ -11,6 +11,8 @@ from helpers import train_metrics
 def test_max_uses_evicts_rows_replayed_that_often(tiny_overrides, tmp_path):
     rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.max_uses": 1})
     assert rows[-1]["buffer/evicted_uses"] > 0
+    # replay/inserted (as TRL and verl log it): every update's fresh rows enter the buffer after it
+    assert [r["replay/inserted"] for r in rows] == [r["fresh/count"] if r["loss"] is not None else 0 for r in rows]
     # max_uses=1: every replayed row leaves the buffer after its draw, so evictions add up to the rows replayed
     assert rows[-1]["buffer/evicted_uses"] == sum(r["replay/count"] for r in rows)
 

@@ -336,6 +336,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
         **gen.reward_counts,
         **replay,
+        mn.REPLAY_INSERTED: run.session.take_inserted(),  # this step's rows that entered the buffer
         **run.session.buffer_metrics(t + 1),
         **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),
         **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1
