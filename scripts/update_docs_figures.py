@@ -1,7 +1,9 @@
 """Regenerate the README's quick-start figures from one run of the main job, or check them (CI).
 
     .venv/bin/python scripts/update_docs_figures.py            # run the main job, record this CPU kind's figures
-    .venv/bin/python scripts/update_docs_figures.py --check    # run it again, fail if the job regressed (CI)
+    .venv/bin/python scripts/update_docs_figures.py --check    # run it again, fail if the job regressed
+    .venv/bin/python scripts/update_docs_figures.py --check --run runs/paper-seed0   # check the run the README's
+                                                               # main job just made (CI: no second run)
 
 The main job is `grpo-replay train` on the embedded testbed with the default config, started from an empty
 warm-start cache (so the warm start is part of what is measured). One seed gives identical numbers on one CPU kind
@@ -61,7 +63,34 @@ def run_main_job(workdir: Path, extra: list[str]) -> tuple[dict, dict]:
     out = workdir / "paper-seed0"
     t0 = time.perf_counter()
     cli(workdir, "train", "--no-progress", "--out", str(out), *extra)
-    seconds = time.perf_counter() - t0
+    return read_run(out, time.perf_counter() - t0)
+
+
+def finished_main_job(out: Path) -> list[str]:
+    """Why `out` is not a finished run of the main job made by this checkout's code from an empty warm-start cache
+    (what --check measures); empty when it is."""
+    from grpo_replay.app.run_files import CONFIG
+    from grpo_replay.trainer.train_config import resolve
+
+    if not (out / SUMMARY).is_file():
+        return [f"{out} holds no {SUMMARY}: not a finished run (run the README's main job first)"]
+    summary = json.loads((out / SUMMARY).read_text())
+    problems = []
+    made, here = summary.get("provenance", {}).get("commit"), git_commit(ROOT)
+    if made != here:
+        problems.append(f"{out} was made by commit {made}, this checkout is {here}")
+    if summary["setup"]["warm_start"].get("from_cache"):
+        problems.append(f"{out}'s warm start came from a cache (GRPO_REPLAY_CACHE): the check measures one from empty")
+    ignore = ("out_dir", "progress")
+    ran, default = resolve(yaml_path=str(out / CONFIG)).flat(), resolve({}).flat()
+    changed = sorted(k for k in set(ran) | set(default) if k not in ignore and ran.get(k) != default.get(k))
+    if changed:
+        problems.append(f"{out} is not the main job's default config: {', '.join(changed)} differ")
+    return problems
+
+
+def read_run(out: Path, seconds: float | None) -> tuple[dict, dict]:
+    """(figures and timings, facts) of the finished main-job run in `out`; seconds None: not timed here."""
     summary = json.loads((out / SUMMARY).read_text())
     metrics = read_metrics(out / METRICS)
     ws = summary["setup"]["warm_start"]
@@ -75,7 +104,8 @@ def run_main_job(workdir: Path, extra: list[str]) -> tuple[dict, dict]:
             "warm_start_step": ws["step"],
             "warm_start_pass_rate_pct": pct(ws["pass_rate"]),
         },
-        "timings": {"main_job_seconds": round(seconds, 1), "warm_start_seconds": round(ws["seconds"], 1)},
+        "timings": {"main_job_seconds": None if seconds is None else round(seconds, 1),
+                    "warm_start_seconds": round(ws["seconds"], 1)},
     }
     window = ws["config"]["target_pass_low"], ws["config"]["target_pass_high"]
     facts = {"warm_start_stop_reason": ws["stop_reason"], "warm_start_window_pct": [pct(w) for w in window],
@@ -177,19 +207,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures", type=Path, default=FIGURES, help="the recorded figures (default docs/figures.json)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for the main job, with --check only: to show the check fails on broken training")
+    ap.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
+                    help="with --check: check this finished run of the main job instead of running it again")
     args = ap.parse_args(argv)
     if args.set and not args.check:
         ap.error("--set is for --check only: recorded figures are those of the default main job")
+    if args.run is not None and (not args.check or args.set):
+        ap.error("--run is for --check without --set: it checks a run of the default main job")
     figures = json.loads(args.figures.read_text()) if args.figures.exists() else {"command": COMMAND, "kinds": {}}
     kind = this_kind()
     key = kind_key(kind)
     extra = [a for kv in args.set for a in ("--set", kv)]
-    with tempfile.TemporaryDirectory(prefix="grpo-replay-figures-") as tmp:
-        measured, facts = run_main_job(Path(tmp), extra)
-        readme = args.readme or figures.get("readme_kind") in (None, key)
-        if not args.check and readme:  # the README's picture: the main job next to plain GRPO, same warm start
-            cli(Path(tmp), "train", "--no-progress", "--preset", "grpo", "--out", str(Path(tmp) / "grpo-seed0"))
-            cli(Path(tmp), "plot", "paper-seed0", "grpo-seed0", "--out", str(PLOT))
+    readme = args.readme or figures.get("readme_kind") in (None, key)
+    if args.run is not None:
+        problems = finished_main_job(args.run)
+        for p in problems:
+            print(f"cannot check {args.run}: {p}", file=sys.stderr)
+        if problems:
+            return 2
+        measured, facts = read_run(args.run, None)
+    else:
+        with tempfile.TemporaryDirectory(prefix="grpo-replay-figures-") as tmp:
+            measured, facts = run_main_job(Path(tmp), extra)
+            if not args.check and readme:  # the README's picture: the main job next to plain GRPO, same warm start
+                cli(Path(tmp), "train", "--no-progress", "--preset", "grpo", "--out", str(Path(tmp) / "grpo-seed0"))
+                cli(Path(tmp), "plot", "paper-seed0", "grpo-seed0", "--out", str(PLOT))
     print(f"CPU kind: {key}")
     print(f"measured: {json.dumps(measured)}")
     if args.check:

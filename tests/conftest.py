@@ -36,3 +36,21 @@ def tiny_overrides(tmp_path_factory):
     return {**TINY, "testbed.cache_dir": str(cache)}
 
 
+
+
+def _run_folders_state() -> dict[str, int]:
+    """Every file under the checkout's own run folders (the main job's runs/, verl's checkpoints/) with its mtime."""
+    root = Path(__file__).resolve().parents[1]
+    return {str(p): p.stat().st_mtime_ns for d in ("runs", "checkpoints") for p in (root / d).rglob("*")
+            if p.is_file()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_run_folders_untouched():
+    """No test writes into the checkout's run folders: the README's main job may have filled them before the tests
+    (CI runs the two in that order), and a test that resolved a launch against them would depend on it."""
+    before = _run_folders_state()
+    yield
+    after = _run_folders_state()
+    changed = sorted(set(before.items()) ^ set(after.items()))
+    assert not changed, f"tests changed the checkout's run folders: {[p for p, _ in changed][:5]}"

@@ -94,6 +94,14 @@ def run_with_env(argv: list[str], tmp: Path, source: str) -> list[dict]:
     return _run(rest, tmp, source, env)
 
 
+def from_the_checkout(argv: list[str]) -> list[str]:
+    """The launch with the checkout's own files (scripts, configs) given by absolute path, so that it resolves from a
+    test's folder: every run folder it names relative (train's default runs/<preset>-seed<seed>, a compare's --out, a
+    TRL config's output_dir, verl's checkpoints/) is then the test's, never one the checkout's main job wrote."""
+    return [str(ROOT / a) if not a.startswith(("-", "runs/", "checkpoints/")) and (ROOT / a).is_file() else a
+            for a in argv]
+
+
 def strip_python_m(argv: list[str], module: str) -> list[str] | None:
     """The arguments after `-m module` of a recorded python call, or None when it runs something else."""
     return argv[2:] if argv[:2] == ["-m", module] else None

@@ -314,14 +314,23 @@ _FRESH_FIELDS = {"prompt_ids": None, "prompt_mask": None, "completion_ids": None
 _WIDE_IDS = (torch.int32, torch.int64)
 
 
-def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
+def check_fresh_rows(batch: RolloutBatch, where: str, prompt_keys: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Every check `add` makes of a batch and its prompt keys but one: log-probs that are NaN or inf at a counted
+    token pass (`ReplaySession.flush` leaves such rows out, counted). Raises ValueError naming `where` and the field;
+    returns the (n,) int64 prompt keys (-1 each when None)."""
+    _births(batch, None, where)
+    _fresh_arrays(batch, where, counted_logps=False)
+    return _prompt_keys(prompt_keys, len(batch), where)
+
+
+def _fresh_arrays(batch: RolloutBatch, where: str = "ReplayBuffer.add",
+                  counted_logps: bool = True) -> dict[str, Optional[np.ndarray]]:
     """The fields `add` stores, as host numpy arrays (views where they can be; log-probs, advantages,
     rewards and group_std as float32), after every check on their values: no replay rows, completion-shaped
     masks and log-probs, token ids that fit int32, a 0/1 completion mask, finite advantages, group_std and
     rewards, finite log-probs at counted tokens.
     Raises ValueError naming the field (nothing is changed). The common case costs a few reductions: the
     precise checks (`check_token_ids`) run only when a fast one fails or the dtypes are unusual."""
-    where = "ReplayBuffer.add"
     if np.count_nonzero(_host(batch.is_replay)):
         raise ValueError(f"{where}: batch holds replay rows; insert only fresh rows")
     shape = batch.completion_ids.shape
@@ -344,7 +353,8 @@ def _fresh_arrays(batch: RolloutBatch) -> dict[str, Optional[np.ndarray]]:
         if not _finite(a[k]):
             bad = np.flatnonzero(~np.isfinite(a[k]))[:5].tolist()
             raise ValueError(f"{where}: {k} must be finite; rows {bad} are NaN or inf")
-    _check_counted_logps(a, where)
+    if counted_logps:
+        _check_counted_logps(a, where)
     return a
 
 
@@ -378,7 +388,7 @@ def _step_arg(step: Any, where: str) -> int:
     return int(step)
 
 
-def _births(batch: RolloutBatch, step: Any) -> tuple[Any, int]:
+def _births(batch: RolloutBatch, step: Any, where: str = "ReplayBuffer.add") -> tuple[Any, int]:
     """(the rows' birth steps: one int when they share it, else an (n,) int64 array; the newest): `step` for
     every row when given, else each row's `batch.birth_step`. Raises ValueError for a non-integer step."""
     if step is not None:
@@ -387,20 +397,20 @@ def _births(batch: RolloutBatch, step: Any) -> tuple[Any, int]:
     b = _host(batch.birth_step)
     if b.shape != (len(batch),) or b.dtype.kind not in "iu":
         raise ValueError(
-            f"ReplayBuffer.add: birth_step has shape {b.shape} and dtype {b.dtype}; allowed: {len(batch)} integers"
+            f"{where}: birth_step has shape {b.shape} and dtype {b.dtype}; allowed: {len(batch)} integers"
         )
     lo, hi = int(b.min()), int(b.max())
     return (lo if lo == hi else b.astype(np.int64)), hi
 
 
-def _prompt_keys(prompt_keys: Optional[Sequence[int]], n: int) -> np.ndarray:
+def _prompt_keys(prompt_keys: Optional[Sequence[int]], n: int, where: str = "ReplayBuffer.add") -> np.ndarray:
     """(n,) int64 prompt keys (-1 each when None); raises ValueError for another length or non-integers."""
     if prompt_keys is None:
         return np.full(n, -1, np.int64)
     pk = np.asarray(prompt_keys.cpu() if isinstance(prompt_keys, torch.Tensor) else prompt_keys)
     if pk.shape != (n,) or pk.dtype.kind not in "iu":
         raise ValueError(
-            f"ReplayBuffer.add: prompt_keys has shape {pk.shape} and dtype {pk.dtype}; allowed: {n} integers, "
+            f"{where}: prompt_keys has shape {pk.shape} and dtype {pk.dtype}; allowed: {n} integers, "
             f"one per row"
         )
     return pk.astype(np.int64)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import metric_names as mn
-from .buffer import ReplayBuffer
+from .buffer import ReplayBuffer, check_fresh_rows
 from .composition import Composed, compose_batch
 from .config import ReplayConfig
 from .rollout import RolloutBatch, nonfinite_logp_rows, unchecked_batch
@@ -84,11 +84,12 @@ class ReplaySession:
     def defer(self, rows: RolloutBatch, prompt_keys: Optional[Sequence[int]] = None) -> RolloutBatch:
         """Queue fresh rows for the buffer until the update window they were trained in closes (`flush`), so no
         step replays rows born at that step. Returns `rows`: the adapter may still fill in their behaviour
-        log-probs (in place) before the flush. Each row keeps its `birth_step`."""
+        log-probs (in place) before the flush. Each row keeps its `birth_step`. Checked as `ReplayBuffer.add`
+        checks a batch (`check_fresh_rows`: ValueError naming the field), so a batch the buffer would refuse never
+        waits; only NaN or inf log-probs pass (the flush leaves those rows out)."""
         if len(rows):
-            keys = None if prompt_keys is None else np.asarray(
-                prompt_keys.cpu() if isinstance(prompt_keys, torch.Tensor) else prompt_keys, dtype=np.int64)
-            self.pending.append((rows, keys, rows))
+            keys = check_fresh_rows(rows, "ReplaySession.defer", prompt_keys)
+            self.pending.append((rows, None if prompt_keys is None else keys, rows))
         return rows
 
     def flush(self, before: Optional[int] = None) -> int:
@@ -98,7 +99,32 @@ class ReplaySession:
         `inserted_from`).
 
         The group ids of each deferred batch are its own (an engine may number every generation's groups from 0):
-        they are kept apart here, so rows of two batches never share a stored group."""
+        they are kept apart here, so rows of two batches never share a stored group.
+
+        Atomic: each deferred batch is checked again (its log-probs may have been filled in since `defer`) before
+        anything changes; a flush that raises leaves the waiting rows and the buffer as they were, and its ValueError
+        names the deferred batch by its place among the waiting ones, in the order given to `defer`."""
+        ready, waiting = self._split_pending(before)
+        self._flushed = []
+        if not ready:
+            self.pending = waiting
+            return 0
+        self._check_ready([origin for _, _, origin in ready])
+        batch, keys, source = _one_batch([(rows, keys) for rows, keys, _ in ready], self.global_groups)
+        bad = nonfinite_logp_rows(batch).cpu()  # NaN/inf log-probs (a sampler's -inf under top-p): ratio undefined
+        kept = torch.bincount(source[~bad], minlength=len(ready)).tolist()
+        if bool(bad.any()):
+            good = torch.nonzero(~bad).flatten()
+            batch, keys = batch.select(good), None if keys is None else keys[good.numpy()]
+        n = self.buffer.add(batch, prompt_keys=keys) if len(batch) else 0  # atomic: raises before any change
+        self.pending = waiting
+        self._flushed = [(origin, k) for (_, _, origin), k in zip(ready, kept)]
+        self.skipped_nonfinite += int(bad.sum())
+        self.inserted += n
+        return n
+
+    def _split_pending(self, before: Optional[int]) -> tuple[list, list]:
+        """(the waiting rows born before `before` (all when None), the rest), as (rows, keys, origin) parts."""
         ready, waiting = [], []
         for rows, keys, origin in self.pending:
             born = rows.birth_step.cpu()
@@ -111,23 +137,23 @@ class ReplaySession:
                 waiting.append((rows.select(rest), None if keys is None else keys[rest.numpy()], origin))
             else:
                 waiting.append((rows, keys, origin))
-        self.pending = waiting
-        self._flushed = []
-        if not ready:
-            return 0
-        batch, keys, source = _one_batch([(rows, keys) for rows, keys, _ in ready], self.global_groups)
-        bad = nonfinite_logp_rows(batch).cpu()  # NaN/inf log-probs (a sampler's -inf under top-p): ratio undefined
-        kept = torch.bincount(source[~bad], minlength=len(ready)).tolist()
-        self._flushed = [(origin, n) for (_, _, origin), n in zip(ready, kept)]
-        if bool(bad.any()):
-            self.skipped_nonfinite += int(bad.sum())
-            good = torch.nonzero(~bad).flatten()
-            batch, keys = batch.select(good), None if keys is None else keys[good.numpy()]
-            if not len(batch):
-                return 0
-        n = self.buffer.add(batch, prompt_keys=keys)
-        self.inserted += n
-        return n
+        return ready, waiting
+
+    def _check_ready(self, origins: list[RolloutBatch]) -> None:
+        """`check_fresh_rows` of each deferred batch the flush takes rows of; the ValueError names the batch (its
+        index among the batches waiting, in the order given to `defer`) and its rows as the caller numbered them."""
+        waiting = list({id(origin): origin for _, _, origin in self.pending}.values())
+        checked: set[int] = set()
+        for origin in origins:
+            if id(origin) in checked:
+                continue
+            checked.add(id(origin))
+            index = next(i for i, o in enumerate(waiting) if o is origin)
+            try:
+                check_fresh_rows(origin, "ReplaySession.flush")
+            except ValueError as e:
+                raise ValueError(f"{e} (deferred batch {index} of the {len(waiting)} waiting, counted from 0 in the "
+                                 "order given to defer; nothing was inserted and every waiting row is kept)") from None
 
     def inserted_from(self, rows: RolloutBatch) -> int:
         """Rows of `rows` (a batch given to `defer`) that the last `flush` inserted: those it took that had no NaN or

@@ -35,8 +35,11 @@ class Tally(dict):
            dropped: Optional[torch.Tensor] = None) -> "Tally":
         """Rows, |A|, rewards and ages (at `step`) of an update batch by kind; `groups` generated this step of
         which `zero_variance_groups` had no reward variance (the unit is the caller's: rows of whole groups
-        give the same share); `dropped` (B,) bool and `drift` (B,) per row under max_drift."""
-        t = cls.of_values(batch.is_replay, batch.advantages, batch.rewards, batch.age(step))
+        give the same share); `dropped` (B,) bool and `drift` (B,) per row under max_drift. The row entries count
+        the rows that reached the loss (`dropped` ones left out); the drift entries every replayed row."""
+        kept = slice(None) if dropped is None else ~dropped.cpu()
+        t = cls.of_values(batch.is_replay.cpu()[kept], batch.advantages.cpu()[kept], batch.rewards.cpu()[kept],
+                          batch.age(step).cpu()[kept])
         if groups is not None:
             t["groups"] = float(groups)
             t["zero_variance_groups"] = float(zero_variance_groups or 0)

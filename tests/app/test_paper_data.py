@@ -114,3 +114,47 @@ def test_without_the_hub_the_error_names_the_dataset(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(pd.InputNotFound, match="MathArena/aime_2025 .split 'train'. could not be loaded"):
         pd.hub_rows("MathArena/aime_2025", "train")
+
+
+@pytest.mark.parametrize("name,dataset,rows", [
+    ("math500", "HuggingFaceH4/MATH-500",
+     [{"unique_id": f"u{i}", "problem": f"p{i}", "answer": None if i == 7 else "1"} for i in range(500)]),
+    ("hmmt_feb25", "MathArena/hmmt_feb_2025",
+     [{"problem_idx": i, "problem": f"p{i}", **({} if i == 8 else {"answer": "2"})} for i in range(1, 31)]),
+])
+def test_a_null_or_missing_answer_is_refused_not_written_as_none(tmp_path, name, dataset, rows):
+    out = tmp_path / "data"
+    with pytest.raises(pd.UsageError, match=r"answer|'answer'") as e:
+        pd.build(out, [name], load=lambda n, split: rows)
+    assert "None" not in str(e.value).replace("is null", "") and dataset in str(e.value)
+    assert ("row 8: field 'answer' is missing" if name == "hmmt_feb25" else "row 8 ('u7'): answer is null") in str(e.value)
+    assert not out.exists()
+    # the checks themselves refuse a null answer (a converter that let one through)
+    row = {"id": "x", "problem": "p", "answer": None, "source": "s"}
+    with pytest.raises(pd.UsageError, match=r"row 1 \('x'\): answer is null"):
+        pd.check_rows(pd.Source("benchmarks/x.jsonl", "d", "test", 1, None), [row])
+
+
+def test_bad_local_rows_and_an_out_that_is_a_file_exit_2_naming_the_field(tmp_path, monkeypatch, capsys):
+    aime = [{"problem_idx": "I-3" if i == 3 else i, "problem": f"p{i}", "answer": i} for i in range(1, 31)]
+    monkeypatch.setattr(pd, "hub_rows", lambda name, split: aime)
+    assert pd.main(["--out", str(tmp_path / "data"), "--only", "aime25"]) == 2
+    err = capsys.readouterr().err
+    assert "benchmarks/aime25.jsonl from MathArena/aime_2025" in err
+    assert "row 3: field 'problem_idx' is 'I-3'; allowed: a whole number" in err
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for out in (a_file, a_file / "sub"):
+        assert pd.main(["--out", str(out), "--only", "aime25"]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out} " in err and "not a directory" in err
+    assert a_file.read_text() == "x"
+
+
+def test_out_with_a_tilde_is_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    aime = [{"problem_idx": i, "problem": f"p{i}", "answer": i} for i in range(1, 31)]
+    monkeypatch.setattr(pd, "hub_rows", lambda name, split: aime)
+    assert pd.main(["--out", "~/d", "--only", "aime25"]) == 0
+    assert (tmp_path / "home/d/benchmarks/aime25.jsonl").is_file() and not (tmp_path / "~").exists()

@@ -193,3 +193,21 @@ def test_wandb_without_login_is_a_clear_error(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert re.search(r"CONFIG ERROR: report_to=wandb: .*API key.*set WANDB_MODE=offline", proc.stdout), proc.stdout
+
+
+def test_a_tracker_added_on_resume_is_refused_as_compare_refuses_it(tiny_overrides, tmp_path, capsys):
+    """A tracker the run was not made with would hold only the steps after the checkpoint (no step-0 evaluation):
+    refused before any compute, naming report_to (compare refuses the same); dropping one is allowed."""
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed (pip install -e '.[track]')")
+    out = tmp_path / "run"
+    ov = {**tiny_overrides, "checkpoint_every": 1}
+    assert main(_argv({**ov, "steps": 1}, out)) == 0
+    capsys.readouterr()
+    assert main(_argv({**ov, "steps": 2}, out, "--report-to", "tensorboard")) == 2
+    err = capsys.readouterr().err
+    assert "TrainConfig.report_to='tensorboard' adds tensorboard to the run" in err and "made with report_to='none'" in err
+    assert not (out / "tensorboard").exists() and [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    other = tmp_path / "tb"
+    assert main(_argv({**ov, "steps": 1}, other, "--report-to", "tensorboard")) == 0
+    assert main(_argv({**ov, "steps": 2}, other)) == 0  # a tracker dropped: the rows go on in the files
+    assert [r["step"] for r in read_jsonl(other / "metrics.jsonl")] == [1, 2]

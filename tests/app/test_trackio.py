@@ -93,7 +93,7 @@ def test_trackio_gets_every_metric_config_and_resume(tiny_overrides, tmp_path):
 def test_compare_reports_every_run_to_trackio(tiny_overrides, tmp_path):
     pytest.importorskip("trackio", reason="the trackio extra is not installed (pip install -e '.[trackio]')")
     out = tmp_path / "cmp"
-    _cli(["compare", "--quick", "--out", str(out), "--seeds", "1", "--comparisons", "composition", "--jobs", "1",
+    _cli(["compare", "--quick", "--out", str(out), "--seeds", "1", "--comparisons", "composition", "--arms", "paper", "--jobs", "1",
           "--no-progress", "--cache-dir", tiny_overrides["testbed.cache_dir"], "--report-to", "trackio"],
          tmp_path, TRACKIO_PROJECT="cmp-test")
     dirs = sorted(p.parent for p in out.glob("runs/*/*/summary.json"))

@@ -1,5 +1,6 @@
 """`ReplaySession`: the age bound, the rows waiting for the update window, the drift bound, the tally, save/load."""
 import numpy as np
+import pytest
 import torch
 
 from grpo_replay import ReplayBuffer, ReplayConfig, RolloutBatch, metric_names as mn
@@ -105,6 +106,11 @@ def test_drift_bound_evicts_replayed_rows_above_it_and_never_fresh_ones():
     m = s.tally(batch, 1, drift=drift, dropped=dropped).metrics()
     assert m[mn.REPLAY_DRIFT_DROPPED] == 1 and m[mn.REPLAY_DRIFT_MAX] == 0.5
     assert abs(m[mn.REPLAY_DRIFT_MEAN] - 0.275) < 1e-6
+    # The counts, share, |A| and age are of the rows that reached the loss: the dropped row is not among them.
+    kept = batch.is_replay & ~dropped
+    assert m[mn.REPLAY_COUNT] == 1 and m[mn.FRESH_COUNT] == len(fresh)
+    assert m[mn.REPLAY_SHARE] == pytest.approx(1 / (len(fresh) + 1))
+    assert m[mn.REPLAY_ABS_ADV] == pytest.approx(float(batch.advantages[kept].abs().mean()))
     assert not ReplaySession(ReplayConfig()).drifted(batch, drift).any()  # no bound: nothing dropped
 
 
@@ -156,3 +162,43 @@ def test_waiting_rows_round_trip_through_pending_state():
     assert restored.flush(before=1) == s.flush(before=1) == 4
     assert restored.flush() == s.flush() == 4
     assert sorted(dict(zip(*restored.buffer.keys())).values()) == sorted(dict(zip(*s.buffer.keys())).values())
+
+
+def test_defer_refuses_a_batch_the_buffer_would_refuse():
+    """Behaviour log-probs narrower than the completions are refused at defer, as `ReplayBuffer.add` refuses them,
+    not padded with 0.0 (probability 1) by a later flush over several batches."""
+    s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None))
+    good, narrow = make_batch(2, 4, step=0, seed=0), make_batch(2, 4, step=0, seed=1, max_completion=7)
+    narrow.behaviour_logps = narrow.behaviour_logps[:, :-1]
+    with pytest.raises(ValueError, match=r"ReplayBuffer.add: behaviour_logps has shape") as added:
+        ReplayBuffer(ReplayConfig()).add(narrow)
+    s.defer(good)
+    with pytest.raises(ValueError, match=r"^ReplaySession.defer: behaviour_logps has shape") as deferred:
+        s.defer(narrow)
+    assert str(deferred.value).split(": ", 1)[1] == str(added.value).split(": ", 1)[1]
+    with pytest.raises(ValueError, match=r"ReplaySession.defer: prompt_keys has shape \(3,\)"):
+        s.defer(make_batch(2, 4, step=0, seed=2), prompt_keys=[0, 1, 2])
+    assert len(s.pending) == 1 and s.flush() == 8  # only the good batch waited
+
+
+def test_a_flush_that_raises_keeps_the_waiting_rows_and_names_the_deferred_batch():
+    """A batch changed after defer (its log-probs filled in wrongly, a NaN advantage) fails the flush: the error names
+    that batch as the caller gave it (its place in defer order, its own row numbers), nothing is inserted, and every
+    waiting row, the valid batches' too, is kept for the next flush."""
+    s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None))
+    a, b, c = make_batch(2, 4, step=0, seed=0), make_batch(2, 4, step=0, seed=1), make_batch(1, 4, step=1, seed=2)
+    for rows in (a, b, c):
+        s.defer(rows)
+    b.advantages[6] = float("nan")  # row 6 of b; row 14 of the merged batch
+    pending = [(len(r), o) for r, _, o in s.pending]
+    with pytest.raises(ValueError, match=r"advantages must be finite; rows \[6\] .*deferred batch 1 of the 3 waiting"):
+        s.flush()
+    assert [(len(r), o) for r, _, o in s.pending] == pending and len(s.buffer) == 0 and s.take_inserted() == 0
+    c.behaviour_logps = c.behaviour_logps[:, :-1]  # only c is not due before step 1: b's error comes first
+    with pytest.raises(ValueError, match=r"deferred batch 1 of the 3 waiting"):
+        s.flush(before=1)
+    b.advantages[6] = 0.5
+    assert s.flush(before=1) == 16 and s.inserted_from(a) == 8 and s.inserted_from(b) == 8
+    with pytest.raises(ValueError, match=r"behaviour_logps has shape .*deferred batch 0 of the 1 waiting"):
+        s.flush()
+    assert len(s.pending) == 1 and len(s.buffer) == 16

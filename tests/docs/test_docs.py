@@ -174,7 +174,7 @@ def sandbox(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name not in {".git", "runs", ".pytest_cache", ".hypothesis"}:
+        if entry.name not in {".git", "runs", "checkpoints", ".pytest_cache", ".hypothesis"}:  # run folders: its own
             (repo / entry.name).symlink_to(entry)
     shared = ROOT.parent / "shared"
     if shared.exists():

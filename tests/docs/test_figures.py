@@ -83,3 +83,25 @@ def test_set_is_refused_without_check(capsys):
     with pytest.raises(SystemExit) as e:
         figs.main(["--set", "lr=1e-12"])
     assert e.value.code == 2 and "--set is for --check only" in capsys.readouterr().err
+
+
+def test_run_checks_only_a_finished_main_job_of_this_code_from_an_empty_cache(tmp_path):
+    """CI checks the run the README's main job made (`--check --run`), so the job runs once: a run of other code,
+    another config, a cached warm start or an unfinished run is refused by name, not checked."""
+    from grpo_replay.trainer.train_config import resolve
+
+    run = tmp_path / "paper-seed0"
+    run.mkdir()
+    assert "holds no summary.json" in figs.finished_main_job(run)[0]
+    (run / "config.yaml").write_text(resolve({"progress": False}).to_yaml())
+    summary = {"provenance": {"commit": figs.git_commit(ROOT)}, "setup": {"warm_start": {"from_cache": False}}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert figs.finished_main_job(run) == []
+    summary = {"provenance": {"commit": "0000000"}, "setup": {"warm_start": {"from_cache": True}}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "config.yaml").write_text(resolve({"steps": 3}).to_yaml())
+    commit, cache, config = figs.finished_main_job(run)
+    assert "made by commit 0000000" in commit and "came from a cache" in cache and "steps differ" in config
+    assert figs.main(["--check", "--run", str(run)]) == 2
+    with pytest.raises(SystemExit):
+        figs.main(["--run", str(run)])  # recording always runs the job itself

@@ -68,9 +68,8 @@ def _check_cli(argv: list[str], monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     if argv[0] == "compare":
         return main([*argv, "--dry-run"])  # plans every run: config, arms, backend checks, benchmark settings
-    if argv[0] == "preflight":  # computes and writes nothing (tests/preflight tests its reports); paths: the checkout's
-        monkeypatch.chdir(ROOT)
-        return main(argv)
+    if argv[0] == "preflight":  # computes and writes nothing (tests/preflight tests its reports), from the test's folder
+        return main(gc.from_the_checkout(argv))
     if argv[0] == "train":
         from grpo_replay.trainer import loop, train_config
         from grpo_replay.trainer.trl import backend as trl_backend

@@ -72,3 +72,18 @@ def test_both_comparisons_end_to_end_at_tiny_sizes(tiny_overrides, tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("the reference arm fixed in advance") == 2
     assert (tmp_path / "report" / "axes_dapo_budget.png").exists() and (tmp_path / "report" / "axes_with_dapo.png").exists()
+
+
+@pytest.mark.parametrize("comparison", ["dapo_budget", "with_dapo", "alternatives", "composition"])
+def test_a_quick_run_of_a_comparison_runs_its_arms_at_quick_sizes(tmp_path, capsys, comparison):
+    """`compare --quick --comparisons X` plans X's arms (not GRPO alone, as the quick arm list once made it), each at
+    the quick sizes: the long arms twice the quick steps, every arm evaluated on the quick schedule."""
+    assert main(["compare", "--quick", "--comparisons", comparison, "--seeds", "1", "--out", str(tmp_path),
+                 "--dry-run"]) == 0
+    planned = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("todo")]
+    assert planned == list(COMPARISONS[comparison].arms)
+    arms = make_arms(QUICK)
+    for name in planned:
+        cfg = resolve({**QUICK.overrides, **arms[name].overrides})
+        assert cfg.steps <= 2 * QUICK.overrides["steps"] and cfg.eval_every <= QUICK.overrides["eval_every"], name
+    assert make_arms(QUICK)["paper_long"].overrides["steps"] == 2 * QUICK.overrides["steps"]

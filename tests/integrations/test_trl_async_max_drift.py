@@ -30,6 +30,9 @@ def test_tight_bound_drops_every_replayed_sample_and_no_fresh_one(tmp_path, batc
     hist, logs = list(t.replay_history), _logs(t)
     dropped = [row["replay/drift_dropped"] for row in logs]
     assert [h["replay_rows"] for h in hist] == dropped and sum(dropped) > 0  # all replayed ones, so no fresh one
+    # replay/count and replay/share are of the samples that reached the loss: none of the replayed ones
+    assert all(row["replay/count"] == 0 and row["replay/share"] == 0.0 for row in logs)
+    assert [row["fresh/count"] for row in logs] == [h["fresh_rows"] for h in hist]
     assert min(row["replay/drift_max"] for row in logs if row["replay/drift_dropped"]) > 1e-12
     # Each dropped row is evicted once: the next chunk, composed before the update, may have drawn it again (and it is
     # dropped again there).

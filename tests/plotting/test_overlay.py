@@ -14,7 +14,7 @@ def compare_runs(tmp_path_factory, tiny_overrides):
     """Two finished runs (grpo and paper, seed 0) of `compare --quick`, reported to TensorBoard."""
     pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed (pip install -e '.[track]')")
     out = tmp_path_factory.mktemp("compare-tb")
-    argv = ["compare", "--quick", "--out", str(out), "--seeds", "1", "--comparisons", "composition", "--jobs", "1",
+    argv = ["compare", "--quick", "--out", str(out), "--seeds", "1", "--comparisons", "composition", "--arms", "paper", "--jobs", "1",
             "--no-progress", "--cache-dir", tiny_overrides["testbed.cache_dir"]]
     assert main(argv + ["--report-to", "tensorboard"]) == 0
     dirs = sorted(p.parent for p in out.glob("runs/*/*/summary.json"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_commands import VERL_SCRIPTS, doc_commands, strip_python_m
+from gpu_commands import VERL_SCRIPTS, doc_commands, from_the_checkout, strip_python_m
 from grpo_replay.cli import main
 from grpo_replay.cli.preflight import resolve
 from grpo_replay.preflight.host import Host
@@ -41,6 +41,7 @@ def test_every_kind_of_documented_launch_is_collected(documented):
 
 
 def _report(kind, argv, tmp_path):
+    argv = from_the_checkout(argv)
     if kind == "verl":
         ov = overrides_dict(argv)
         for key in ("data.train_files", "data.val_files"):  # the recipe's data: prepared by the user
@@ -48,31 +49,20 @@ def _report(kind, argv, tmp_path):
             Path(ov[key]).touch()
         return check_verl_overrides(argv, CPU_HOST, None, "verl " + " ".join(argv))
     launch = ["grpo-replay", *argv] if kind == "grpo-replay" else ["accelerate", *argv]
-    if kind == "grpo-replay":  # run directories under this test's folder, not the checkout
-        launch = [a.replace("runs/", f"{tmp_path}/runs/") for a in launch]
     return resolve(launch, CPU_HOST, None)
 
 
-# Documented launches the preflight refuses, by (doc, a word of the launch) -> the field it names. paper_table.md's
-# first `hub` command leaves micro_batch_size unset: on the GPU it trains on (device=auto), each forward holds the
-# step's 256 rows x 1,024 tokens, about 710 GiB per card.
-KNOWN_REFUSED = {("docs/paper_table.md", "runs/table-0.6b"): "micro_batch_size [grpo, uniform_pool, sigma_pool, paper]"}
-
-
-def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path):
-    failed, refused = [], {}
+def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the launches' relative run folders: the test's (`from_the_checkout`)
+    failed = []
     for source, kind, argv in documented:
         report = _report(kind, argv, tmp_path)
         text = report.render()
         refusals = report.refusals
         assert refusals or all(s in text for s in ("replay rows per step", "memory per GPU", "seeds")), text
-        known = [k for k in KNOWN_REFUSED if source.startswith(k[0] + ":") and k[1] in argv]
-        if known:
-            refused[known[0]] = [r.field for r in refusals]
-        elif refusals:
+        if refusals:
             failed.append(f"{source}: {' '.join(argv)[:120]}: {[r.line() for r in refusals]}")
     assert not failed, "\n".join(failed)
-    assert refused == {k: [v] for k, v in KNOWN_REFUSED.items()}, refused
 
 
 def test_the_paper_recipe_trl_split_that_drops_replay_is_refused(tmp_path, capsys):

@@ -11,6 +11,8 @@ from helpers import train_metrics
 def test_max_uses_evicts_rows_replayed_that_often(tiny_overrides, tmp_path):
     rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.max_uses": 1})
     assert rows[-1]["buffer/evicted_uses"] > 0
+    # replay/inserted (as TRL and verl log it): every update's fresh rows enter the buffer after it
+    assert [r["replay/inserted"] for r in rows] == [r["fresh/count"] if r["loss"] is not None else 0 for r in rows]
     # max_uses=1: every replayed row leaves the buffer after its draw, so evictions add up to the rows replayed
     assert rows[-1]["buffer/evicted_uses"] == sum(r["replay/count"] for r in rows)
 
@@ -28,15 +30,17 @@ def test_fill_filtered_replays_what_the_filter_removed(tiny_overrides, tmp_path)
 
 def test_max_drift_masks_and_evicts_drifted_replay_rows(tiny_overrides, tmp_path):
     rows = train_metrics(tiny_overrides, tmp_path / "r", **{"replay.max_drift": 1e-9})
-    replayed = [r for r in rows if r["replay/count"]]
-    assert replayed and all(0 <= r["replay/drift_mean"] <= r["replay/drift_max"] for r in replayed)
-    assert sum(r["replay/drift_dropped"] for r in rows) > 0
+    measured = [r for r in rows if r["replay/drift_dropped"]]
+    assert measured and all(0 <= r["replay/drift_mean"] <= r["replay/drift_max"] for r in measured)
     running = 0
     for r in rows:
         running += r["replay/drift_dropped"]
         assert r["buffer/evicted_drift"] == running
-    # a dropped row is out of the loss: its tokens are not in the replay ratio and clip statistics
-    assert all("replay/ratio_mean" not in r for r in replayed if r["replay/drift_dropped"] == r["replay/count"])
+    # Every replayed row drifted past 1e-9: none reached the loss, so the counts, the share, the update rows (compare's
+    # row-pass budget) and the replay ratio and clip statistics hold the fresh rows only, as --backend trl's do.
+    for r in rows:
+        assert r["replay/count"] == 0 and r["replay/share"] == 0.0 and r["update_rows"] == r["fresh/count"]
+        assert "replay/ratio_mean" not in r and "replay/age_mean" not in r
 
 
 def test_age_decay_draws_younger_rows(tiny_overrides, tmp_path):
@@ -73,6 +77,11 @@ def test_trl_backend_fills_filtered_rows_and_evicts_used_ones(tiny_overrides, tm
               if "buffer/evicted_uses" in r]
     # max_uses=1: every replayed row leaves the buffer after its draw
     assert logged and logged[-1] == sum(h["replay_rows"] for h in hist) > 0
+    # metrics.jsonl (what compare's evicted-by-uses column and the reports read) has them too, as integers
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["buffer/evicted_uses"] for r in rows] == logged
+    assert all(isinstance(r["buffer/evicted_age"], int) for r in rows)
+    assert [r["replay/inserted"] for r in rows] == [h["inserted"] for h in hist]
     zero_var = [n - sum(1 for a in h["fresh_advantages"] if a != 0) for h in hist]
     for prev, h, z in zip(hist, hist[1:], zero_var[1:]):  # one process, steps_per_generation 1: nothing trimmed
         assert h["fresh_rows"] == n and h["replay_rows"] == min(z, prev["buffer_size"])

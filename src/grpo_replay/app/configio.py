@@ -10,6 +10,7 @@ import dataclasses
 import decimal
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -69,8 +70,14 @@ def nonempty(text: str) -> str:
     return text
 
 
+def path_arg(text: str) -> str:
+    """argparse `type=` for a path flag: `nonempty`, with a leading `~` expanded as the shell would (a quoted
+    `--out "~/x"`, from a script or a config, reaches the command unexpanded: never a directory named `~`)."""
+    return os.path.expanduser(nonempty(text))
+
+
 def nonempty_path(text: str) -> Path:
-    return Path(nonempty(text))
+    return Path(path_arg(text))
 
 
 def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, str]]:

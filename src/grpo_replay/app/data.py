@@ -83,7 +83,7 @@ class ProblemList(list):
 def default_data_dir() -> Optional[Path]:
     """``$GRPO_REPLAY_DATA`` (the one place data is looked for when no path is given), or None when unset."""
     env = os.environ.get(DATA_ENV)
-    return Path(env) if env else None
+    return Path(env).expanduser() if env else None
 
 
 def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
@@ -92,7 +92,7 @@ def resolve_benchmark(name: str, data_dir: Optional[PathLike] = None) -> Path:
     The five paper benchmarks are listed in :data:`BENCHMARKS`; any other name is accepted when its file
     exists, so a user can drop in an extra benchmark. ``data_dir`` defaults to :func:`default_data_dir`.
     """
-    base = Path(data_dir) if data_dir is not None else default_data_dir()
+    base = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     if base is None:
         raise InputNotFound(
             f"no data directory for benchmark {name!r}: pass data_dir (--data-dir) or set ${DATA_ENV}"

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from ..errors import InputNotFound, MissingDependency, UsageError
 from .answers import all_boxed
+from .configio import path_arg
 
 
 @dataclass(frozen=True)
@@ -42,28 +43,62 @@ class Source:
     """Hub rows and the source label -> our rows."""
 
 
+class BadRow(ValueError):
+    """A dataset row a converter cannot read: its 1-based number and the field, as the dataset spells it."""
+
+    def __init__(self, row: int, field: str, why: str):
+        super().__init__(f"row {row}: field {field!r} {why}")
+
+
+def _get(r: Any, i: int, field: str) -> Any:
+    if not isinstance(r, dict) or field not in r:
+        raise BadRow(i, field, "is missing")
+    return r[field]
+
+
+def _text(r: Any, i: int, field: str, strip: bool = False) -> Optional[str]:
+    """The field as a string, None when it is null (`check_rows` refuses it by name: never the text "None")."""
+    v = _get(r, i, field)
+    return None if v is None else (str(v).strip() if strip else str(v))
+
+
+def _index(r: Any, i: int, field: str = "problem_idx") -> int:
+    v = _get(r, i, field)
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit())):
+        raise BadRow(i, field, f"is {v!r}; allowed: a whole number")
+    return int(v)
+
+
 def _math500(rows, label):
-    return [{"id": r["unique_id"], "problem": r["problem"], "answer": str(r["answer"]),
-             "source": f"{label}#{r['unique_id']}"} for r in rows]
+    out = []
+    for i, r in enumerate(rows, start=1):
+        ident = _text(r, i, "unique_id")
+        out.append({"id": ident, "problem": _get(r, i, "problem"), "answer": _text(r, i, "answer"),
+                    "source": f"{label}#{ident}"})
+    return out
 
 
 def _aime(prefix: str):
     """MathArena's AIME sets number the two papers' 15 problems 1-30: I-1..15, then II-1..15."""
     def convert(rows, label):
         out = []
-        for r in rows:
-            n = int(r["problem_idx"])
+        for i, r in enumerate(rows, start=1):
+            n = _index(r, i)
             part, k = ("I", n) if n <= 15 else ("II", n - 15)
-            out.append({"id": f"{prefix}-{part}-{k}", "problem": r["problem"].strip(), "answer": str(r["answer"]),
-                        "source": f"{label}#{n}"})
+            out.append({"id": f"{prefix}-{part}-{k}", "problem": _text(r, i, "problem", strip=True),
+                        "answer": _text(r, i, "answer"), "source": f"{label}#{n}"})
         return out
     return convert
 
 
 def _hmmt(prefix: str):
     def convert(rows, label):
-        return [{"id": f"{prefix}-{int(r['problem_idx'])}", "problem": r["problem"].strip(),
-                 "answer": str(r["answer"]).strip(), "source": f"{label}#{int(r['problem_idx'])}"} for r in rows]
+        out = []
+        for i, r in enumerate(rows, start=1):
+            n = _index(r, i)
+            out.append({"id": f"{prefix}-{n}", "problem": _text(r, i, "problem", strip=True),
+                        "answer": _text(r, i, "answer", strip=True), "source": f"{label}#{n}"})
+        return out
     return convert
 
 
@@ -74,14 +109,14 @@ def _subject(kind: str) -> str:
 def _math_train(rows, label):
     """Answer = the solution's boxed content; empty or conflicting boxes are dropped (ambiguous gold)."""
     out, seen = [], {}
-    for r in rows:
-        subject = _subject(r["type"])
+    for i, r in enumerate(rows, start=1):
+        subject = _subject(_text(r, i, "type") or "")
         seen[subject] = seen.get(subject, 0) + 1
-        boxes = all_boxed(r["solution"])
+        boxes = all_boxed(_text(r, i, "solution") or "")
         if not boxes or not boxes[-1] or len(set(boxes)) > 1:
             continue
         ident = f"train/{subject}/{seen[subject]}"
-        out.append({"id": ident, "problem": r["problem"], "answer": boxes[-1], "source": f"{label}#{ident}"})
+        out.append({"id": ident, "problem": _get(r, i, "problem"), "answer": boxes[-1], "source": f"{label}#{ident}"})
     return out
 
 
@@ -117,9 +152,12 @@ def check_rows(source: Source, rows: list[dict[str, str]], math500: Optional[set
     if len(rows) != source.rows:
         fail(f"{len(rows)} rows, expected {source.rows} (the dataset changed, or is not the one named)")
     for i, r in enumerate(rows, start=1):
-        if set(r) != {"id", "problem", "answer", "source"} or not all(isinstance(v, str) and v.strip()
-                                                                       for v in r.values()):
-            fail(f"row {i} ({r.get('id')!r}) is not four non-empty strings id, problem, answer, source")
+        if set(r) != {"id", "problem", "answer", "source"}:
+            fail(f"row {i} ({r.get('id')!r}) has keys {sorted(r)}; allowed: id, problem, answer, source")
+        for key, v in r.items():
+            if not (isinstance(v, str) and v.strip()):
+                fail(f"row {i} ({r.get('id')!r}): {key} is {'null' if v is None else repr(v)}; allowed: a non-empty "
+                     "string (the dataset has no value for it)")
         if "\\boxed" in r["answer"]:
             fail(f"row {i} ({r['id']}): the answer still holds a \\boxed")
         if source.file.startswith("benchmarks/aime") and not (r["answer"].isdigit() and int(r["answer"]) <= 999):
@@ -148,12 +186,13 @@ def build(out: Path, names: Iterable[str] = NAMES,
     """Build the named files under `out` (every check before any write); {file: rows}. `load(dataset, split)`
     gives a dataset's rows (default `hub_rows`)."""
     load = load or hub_rows
+    _check_out(Path(out))
     wanted = [s for s in SOURCES if Path(s.file).stem in set(names)]
-    built = {s.file: s.convert(load(s.dataset, s.split), f"hf:{s.dataset}:{s.split}") for s in wanted}
+    built = {s.file: _convert(s, load) for s in wanted}
     math500 = None
     if "train/math_train.jsonl" in built:  # the training set must not hold an evaluation problem
         bench = SOURCES[1]
-        rows = built.get(bench.file) or bench.convert(load(bench.dataset, bench.split), "")
+        rows = built.get(bench.file) or _convert(bench, load)
         math500 = {r["problem"] for r in rows}
     for s in wanted:
         check_rows(s, built[s.file], math500 if s.file.startswith("train/") else None)
@@ -162,9 +201,24 @@ def build(out: Path, names: Iterable[str] = NAMES,
     return {f: len(r) for f, r in built.items()}
 
 
+def _convert(s: Source, load: Callable[[str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return s.convert(load(s.dataset, s.split), f"hf:{s.dataset}:{s.split}")
+    except BadRow as e:
+        raise UsageError(f"{s.file} from {s.dataset} (split {s.split!r}): {e}; nothing is written") from None
+
+
+def _check_out(out: Path) -> None:
+    """UsageError when `out`, or the nearest of its folders that exists, is not a directory (a file, say)."""
+    there = next((p for p in (out, *out.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        what = "is" if there == out else f"is inside {there}, which is"
+        raise UsageError(f"--out {out} {what} not a directory (a file?); allowed: a directory, new or existing")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_replay.app.paper_data", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="the data directory ($GRPO_REPLAY_DATA)")
+    parser.add_argument("--out", required=True, type=path_arg, help="the data directory ($GRPO_REPLAY_DATA)")
     parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES), help="build only these files")
     args = parser.parse_args(argv)
     try:

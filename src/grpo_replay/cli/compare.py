@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..app.configio import int_arg, nonempty, once
+from ..app.configio import int_arg, nonempty, once, path_arg
 from ..app.data import BENCHMARKS
 from ..errors import ConfigError, InputNotFound, UsageError
 from ..tasks.testbed.testbed_config import TESTBED_PRESETS
@@ -23,8 +23,8 @@ from ..experiments.final_eval import BenchSettings, evaluate_all, missing_benchm
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="Tiny testbed, 2 seeds, a few arms: seconds (for tests).")
-    p.add_argument("--out", action=once(), type=nonempty, default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
-    p.add_argument("--report-dir", action=once(), type=nonempty, default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
+    p.add_argument("--out", action=once(), type=path_arg, default=None, help="Output directory for runs and results (default runs/compare-<setting>).")
+    p.add_argument("--report-dir", action=once(), type=path_arg, default=None, help="Where report.md, the PNGs, JSON and CSV go (default <out>/report).")
     p.add_argument("--jobs", action=once(), type=int_arg, default=None, help="Parallel training processes (default: os.cpu_count()).")
     p.add_argument("--seeds", action=once(), type=int_arg, default=None, help="Seeds per arm (default: 2 quick, 5 full).")
     p.add_argument("--first-seed", action=once(), type=int_arg, default=None,
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Extra TrainConfig override for every run (see `grpo-replay train --list-keys`).")
     p.add_argument("--report-to", "--report_to", action=once(), nargs="+", default=None, metavar="TRACKER",
                    help="Experiment trackers for every run: none | tensorboard | wandb | trackio (several allowed).")
-    p.add_argument("--cache-dir", action=once(), type=nonempty, default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
+    p.add_argument("--cache-dir", action=once(), type=path_arg, default=None, help="Warm-start cache root (default: the testbed's; quick: <out>/testbed-cache).")
     p.add_argument("--report-only", action="store_true", help="Do not train; build the report from finished runs.")
     p.add_argument("--dry-run", action="store_true", help="Print the planned runs and exit.")
     p.add_argument("--no-progress", action="store_true", help="Print one line per finished run instead of a bar.")
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reward", action=once(), default=None, help="Reward: math (the only one for a real model; default with --model).")
     g.add_argument("--backend", action=once(), default=None, help="Trainer: builtin (default) or trl. verl: see docs/paper_table.md.")
     g.add_argument("--benchmarks", action=once(), type=nonempty, default=None, help=f"Comma-separated benchmarks (default {','.join(BENCHMARKS)}).")
-    g.add_argument("--data-dir", action=once(), type=nonempty, default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
+    g.add_argument("--data-dir", action=once(), type=path_arg, default=None, help="Benchmark directory (default $GRPO_REPLAY_DATA).")
     g.add_argument("--eval-n", action=once(), type=int_arg, default=16, help="Samples per benchmark problem (default 16).")
     g.add_argument("--eval-k", action=once(), default=None, help="pass@k values, comma-separated (default powers of 2 up to --eval-n).")
     g.add_argument("--eval-temperature", action=once(), type=float, default=0.6)
@@ -147,6 +147,7 @@ def planned(args: argparse.Namespace) -> Plan:
         if bad:
             raise UsageError(f"unknown comparison(s) {bad}; allowed: {', '.join(PRIORITY_ORDER)}")
         comparisons = tuple(c for c in PRIORITY_ORDER if c in comparisons)
+        setting = setting.for_comparisons(True)  # a comparison named runs its arms, with --quick too
     seeds, jobs = _seeds_and_jobs(args, setting)
     specs, arms, extra = _plan(args, setting, testbed, comparisons, seeds, out)
     return Plan(specs, arms, setting, comparisons, bench, seeds, jobs, out, report_dir, extra)

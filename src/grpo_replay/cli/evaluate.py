@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ..app.configio import int_arg, nonempty, nonempty_path, once
+from ..app.configio import int_arg, nonempty, nonempty_path, once, path_arg
 from ..errors import UsageError
 from ..app.data import BENCHMARKS
 from ..eval.prompts import INSTRUCTION
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=nonempty_path, default=Path("eval_results"), help="output directory", action=once())
     parser.add_argument("--baseline", type=nonempty_path, default=None, help="results.json of a baseline, for AES and length change", action=once())
     parser.add_argument("--limit", type=int_arg, default=None, help="at most N problems per benchmark", action=once())
-    parser.add_argument("--data-dir", type=nonempty, default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)", action=once())
+    parser.add_argument("--data-dir", type=path_arg, default=None, help="benchmark directory (default $GRPO_REPLAY_DATA)", action=once())
     parser.add_argument("--backend", choices=BACKENDS, default="transformers", action=once())
     parser.add_argument("--temperature", type=float, default=SamplingParams.temperature, action=once())
     parser.add_argument("--top-p", type=float, default=SamplingParams.top_p, action=once())

@@ -6,14 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..app.configio import path_arg
 from ..app.run_files import SUMMARY
 from ..errors import UsageError
 from ..plotting.overlay import NotARunError, format_table, label_runs, write_table, final_metrics, load_run, plot_runs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Run directories (each with config.yaml and metrics.jsonl).")
-    p.add_argument("--out", default="plot.png", help="PNG to write; the table goes beside it as .csv and .json (default plot.png).")
+    p.add_argument("run_dirs", nargs="+", type=path_arg, metavar="RUN_DIR", help="Run directories (each with config.yaml and metrics.jsonl).")
+    p.add_argument("--out", type=path_arg, default="plot.png", help="PNG to write; the table goes beside it as .csv and .json (default plot.png).")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ FLAG_NAMES = {"out_dir": "--out", "testbed_preset": "--testbed"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..trainer.train_config import FIELDS
 
-    p.add_argument("--config", action=configio.once(), help="YAML file of config keys (nested or dotted); flags override it")
+    p.add_argument("--config", action=configio.once(), type=configio.path_arg, help="YAML file of config keys (nested or dotted); flags override it")
     for name, kw in SHORT_FLAGS.items():
         flag = FLAG_NAMES.get(name, f"--{name.replace('_', '-')}")
         aliases = ["--report_to"] if name == "report_to" else []  # TRL's spelling too

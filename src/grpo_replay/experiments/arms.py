@@ -7,11 +7,11 @@ are shared, not repeated).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..tasks.testbed.testbed_config import TINY_TESTBED  # noqa: F401  (re-exported: the quick setting uses it)
-from .beyond_binary import ARM_NAMES as BEYOND_ARMS
 from .beyond_binary import beyond_arms, beyond_comparisons
 
 
@@ -50,8 +50,8 @@ def make_arms(setting: "Setting") -> dict[str, Arm]:
         Arm("prio_uniform", "uniform priority (fresh-anchored, rollout level; = alpha 0)", {"preset": "paper", "replay.priority": "uniform"}),
         Arm("alpha1", "alpha=1 (proportional to |A|)", {"preset": "paper", "replay.alpha": 1.0}),
         *option_arms(),
-        *alternative_arms(),
-        *dapo_budget_arms(),
+        *alternative_arms(setting.dapo_eval_every),
+        *dapo_budget_arms(setting.long_steps, setting.long_eval_every, setting.dapo_eval_every),
         *beyond_arms(Arm),
         Arm(
             "grpo_cm",
@@ -94,14 +94,14 @@ DAPO_EVAL_EVERY = 10
 groups have zero variance there), so 10 steps are about as many rollouts as 50 steps of the other arms."""
 
 
-def alternative_arms() -> list[Arm]:
+def alternative_arms(dapo_eval_every: int = DAPO_EVAL_EVERY) -> list[Arm]:
     """What a user would try instead of replay to get more out of each generated rollout (docs/method.md,
     "Baselines without replay"): more updates per generation batch (mu, `update_epochs`) and DAPO's dynamic
     sampling; and the paper's method + fill_filtered with mu = 2. DAPO generates more rollouts per step than
     the rest (the rounds it needs), so it is not at the same budget per step: read it on the generated axis. It
     evaluates every DAPO_EVAL_EVERY steps, so that its curve has about as many points per generated rollout as
     the others' at eval_every=50 (evaluation forks the random generators: the training run is the same)."""
-    dapo = {"preset": "grpo", "dynamic_sampling": True, "eval_every": DAPO_EVAL_EVERY}
+    dapo = {"preset": "grpo", "dynamic_sampling": True, "eval_every": dapo_eval_every}
     return [
         Arm("grpo_mu2", "GRPO, mu=2 updates per batch", {"preset": "grpo", "update_epochs": 2}),
         Arm("grpo_mu4", "GRPO, mu=4 updates per batch", {"preset": "grpo", "update_epochs": 4}),
@@ -120,25 +120,28 @@ CAPPED_ROUNDS = 2
 """The round cap of `fill_r2`: dynamic sampling for at most this many generation rounds, then fill from the buffer."""
 
 
-def dapo_budget_arms() -> list[Arm]:
+def dapo_budget_arms(long_steps: int = LONG_STEPS, eval_every: int = 50,
+                     dapo_eval_every: int = DAPO_EVAL_EVERY) -> list[Arm]:
     """Replay at DAPO's budget and replay with DAPO (PLAN.md, section H). The `_long` arms are `grpo`, `paper` and
     `fill` run for LONG_STEPS steps, evaluated every 50 steps as before (6,400 rollouts, DAPO's every 10 steps is
     about 6,500): each continues its 300-step run in the same --out (`continuation.py`). `dapo_paper` is DAPO's
     dynamic sampling with the paper's replay at DAPO's own 300 steps. `fill_r2` resamples up to CAPPED_ROUNDS rounds,
     then fills the shortfall from the buffer; about CAPPED_ROUNDS x 128 rollouts a step, so it runs
-    LONG_STEPS / CAPPED_ROUNDS steps (the same generated budget) and evaluates every 50 / CAPPED_ROUNDS steps."""
-    long = {"steps": LONG_STEPS}
+    LONG_STEPS / CAPPED_ROUNDS steps (the same generated budget) and evaluates every 50 / CAPPED_ROUNDS steps. A
+    setting of few steps (quick) gives its own `long_steps`, the other arms' `eval_every` and DAPO's."""
+    long = {"steps": long_steps}
     fill = {"preset": "paper", "replay.fill_filtered": True}
     return [
-        Arm("grpo_long", f"GRPO, {LONG_STEPS} steps", {"preset": "grpo", **long}, same_budget=False),
-        Arm("paper_long", f"paper, {LONG_STEPS} steps", {"preset": "paper", **long}, same_budget=False),
-        Arm("fill_long", f"paper + fill_filtered, {LONG_STEPS} steps", {**fill, **long}, same_budget=False),
+        Arm("grpo_long", f"GRPO, {long_steps} steps", {"preset": "grpo", **long}, same_budget=False),
+        Arm("paper_long", f"paper, {long_steps} steps", {"preset": "paper", **long}, same_budget=False),
+        Arm("fill_long", f"paper + fill_filtered, {long_steps} steps", {**fill, **long}, same_budget=False),
         Arm("dapo_paper", "DAPO dynamic sampling + the paper's replay (up to 10 rounds)",
-            {"preset": "paper", "dynamic_sampling": True, "eval_every": DAPO_EVAL_EVERY}, same_budget=False),
+            {"preset": "paper", "dynamic_sampling": True, "eval_every": dapo_eval_every}, same_budget=False),
         Arm(f"fill_r{CAPPED_ROUNDS}", f"paper + fill_filtered after up to {CAPPED_ROUNDS} generation rounds, "
-            f"{LONG_STEPS // CAPPED_ROUNDS} steps",
+            f"{long_steps // CAPPED_ROUNDS} steps",
             {**fill, "dynamic_sampling": True, "max_generation_rounds": CAPPED_ROUNDS,
-             "steps": LONG_STEPS // CAPPED_ROUNDS, "eval_every": 50 // CAPPED_ROUNDS}, same_budget=False),
+             "steps": long_steps // CAPPED_ROUNDS, "eval_every": max(1, eval_every // CAPPED_ROUNDS)},
+            same_budget=False),
     ]
 
 
@@ -259,7 +262,18 @@ class Setting:
     budgets: int = 3
     """Number of fixed generated-rollout budgets in the tables (evenly spaced eval points, the last included)."""
     only_arms: Optional[tuple[str, ...]] = None
-    """Restrict every comparison to these arms (the quick setting keeps a few); None = all arms."""
+    """Restrict the setting's own comparisons to these arms (the quick setting keeps a few); None = all arms. A
+    comparison named with --comparisons runs all its arms (`for_comparisons`)."""
+    long_steps: int = LONG_STEPS
+    """Steps of the arms continued to DAPO's budget (`dapo_budget_arms`)."""
+    long_eval_every: int = 50
+    """The long arms' evaluation schedule, which fill_r2's divides by its round cap."""
+    dapo_eval_every: int = DAPO_EVAL_EVERY
+    """eval_every of the DAPO arms."""
+
+    def for_comparisons(self, named: bool) -> "Setting":
+        """The setting for comparisons the user `named` (--comparisons): every arm of each, not only `only_arms`."""
+        return dataclasses.replace(self, only_arms=None) if named else self
 
 
 QUICK = Setting(
@@ -280,7 +294,11 @@ QUICK = Setting(
     comparisons=("main", "tau_max", "compute"),
     cache_in_out=True,
     budgets=2,
-    only_arms=("grpo", "paper", "tau2", "grpo_cm", *BEYOND_ARMS),  # the section I arms run with --comparisons only
+    only_arms=("grpo", "paper", "tau2", "grpo_cm"),
+    # the arms at DAPO's budget at quick sizes: twice the 6 steps, evaluated as often as the others
+    long_steps=12,
+    long_eval_every=3,
+    dapo_eval_every=3,
 )
 
 FULL = Setting(

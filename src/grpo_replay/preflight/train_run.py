@@ -203,7 +203,7 @@ def check_data(cfg: TrainConfig, report: Report, label: str = "") -> None:
             continue
         if is_word_sums(value):
             report.add(section, tag + f"{key}: {value} (generated)")
-        elif Path(value).exists():
+        elif Path(value).expanduser().exists():  # as the trainer reads it (`~/data.jsonl` from a config)
             report.add(section, tag + f"{key}: {value} (there)")
         elif "/" in value and not Path(value).parent.exists() and not value.startswith((".", "/", "~", "$")):
             report.add(section, tag + f"{key}: {value}: a Hugging Face dataset, loaded when the run starts (needs the hub "

@@ -320,7 +320,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
 
 def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]:
     """The metrics.jsonl row of step t (also sent to the report_to trackers)."""
-    stats, update, gen = out.stats, out.update, out.gen
+    stats, gen = out.stats, out.gen
     replay = _replay_metrics(run, t, out)
     return {
         "step": t + 1,
@@ -328,7 +328,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "reward": float(gen.rewards.mean()),
         mn.ZERO_VARIANCE_SHARE: replay.pop(mn.ZERO_VARIANCE_SHARE),
         "completion_len": float(gen.completion_mask.sum(1).float().mean()),
-        "update_rows": len(update),
+        "update_rows": replay[mn.FRESH_COUNT] + replay[mn.REPLAY_COUNT],  # rows that reached the loss (max_drift)
         "loss": stats["loss"] if stats else None,
         **({"kl": _masked_mean(stats["token_stats"], "kl")} if stats and run.ref_model is not None else {}),
         "grad_norm": stats["grad_norm"] if stats else None,
@@ -336,6 +336,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
         **term_means(gen.reward_counts, len(gen.rewards)),  # reward/errors, /timeouts, rewards/<name>/mean
         **replay,
+        mn.REPLAY_INSERTED: run.session.take_inserted(),  # this step's rows that entered the buffer
         **run.session.buffer_metrics(t + 1),
         **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),
         **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1

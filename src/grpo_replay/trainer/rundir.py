@@ -115,7 +115,9 @@ def _check_resume(cfg, run: "RunDir") -> int:
     if not past.has_results:
         # No results yet (setup failed, or killed before the first checkpoint): the run starts over, so any config may.
         return 0
-    diff = config_diff(run.saved_config(), cfg)
+    saved = run.saved_config()
+    _check_trackers(saved.report_to, cfg.report_to, run, past.done)
+    diff = config_diff(saved, cfg)
     if diff:
         lines = "\n".join(f"  {k}: {old!r} (run) -> {new!r} (requested)" for k, (old, new) in diff.items())
         raise RunDirError(
@@ -134,6 +136,18 @@ def _check_resume(cfg, run: "RunDir") -> int:
             f"step {past.done}, so it cannot be continued; allowed: steps = {past.done} (or --out NEWDIR for a new run)"
         )
     return past.done
+
+
+def _check_trackers(made: str, asked: str, run: "RunDir", done: int) -> None:
+    """Refuse a tracker the run was not made with (as compare does): it would hold only the steps after the
+    checkpoint, without the earlier ones or the step-0 evaluation. Dropping a tracker is allowed."""
+    added = [t for t in asked.split(",") if t != "none" and t not in made.split(",")]
+    if added:
+        raise RunDirError(
+            f"TrainConfig.report_to={asked!r} adds {','.join(added)} to the run in {run}, made with report_to={made!r} "
+            f"({done} steps done): a tracker cannot get a run's earlier rows afterwards (they are in metrics.jsonl and "
+            f"evals.jsonl, which grpo-replay plot reads); allowed: report_to={made} or fewer of its trackers, or "
+            "--out NEWDIR for a new run with the tracker")
 
 
 class RunHistory(NamedTuple):

@@ -14,6 +14,7 @@ samples are replayed rows and the main process (which holds the buffer) can evic
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -118,3 +119,17 @@ def bounded_loss(trainer, compute_loss: Callable, model, inputs: dict[str, Any],
     measured = Measured(gathered[replayed, 0].long().cpu(), gathered[replayed, 1].float().cpu(),
                         gathered[replayed, 2].bool().cpu())
     return loss, measured
+
+
+def reached_loss(samples: list[dict[str, Any]], measured: list[Measured]) -> list[dict[str, Any]]:
+    """The samples of a step that reached the loss: `samples` less one replayed sample per dropped insertion number
+    of `measured` (a row drawn twice and dropped twice leaves twice)."""
+    left = Counter(int(s) for m in measured for s in m.seqs[m.dropped].tolist())
+    kept = []
+    for s in samples:
+        seq = int(s.get(BUFFER_SEQ, -1))
+        if seq >= 0 and left[seq]:
+            left[seq] -= 1
+        else:
+            kept.append(s)
+    return kept

@@ -35,7 +35,7 @@ from ...config import ReplayConfig
 from ...errors import ConfigError
 from ...tally import Tally
 from .async_composer import AsyncComposer, chunk_size
-from .async_drift import SEQ_KEY, Measured, bounded_loss, row_seqs
+from .async_drift import SEQ_KEY, Measured, bounded_loss, reached_loss, row_seqs
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
 from .master_weights import check_master_weights
 from .replay_async_config import check_age_bound
@@ -170,13 +170,14 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         samples, self._replay_step = self._replay_step, []
         fresh = [s for s in samples if not s[IS_REPLAY]]
         composer = self.replay_composer
-        tally = Tally.of_values(torch.tensor([bool(s[IS_REPLAY]) for s in samples], dtype=torch.bool),
-                                torch.tensor([float(s["advantage"]) for s in samples], dtype=torch.float32), None,
-                                torch.tensor([int(s[AGE]) for s in samples], dtype=torch.long))
+        measured, self._replay_drift = self._replay_drift, []
+        counted = reached_loss(samples, measured)  # the row counts are of the samples that reached the loss
+        tally = Tally.of_values(torch.tensor([bool(s[IS_REPLAY]) for s in counted], dtype=torch.bool),
+                                torch.tensor([float(s["advantage"]) for s in counted], dtype=torch.float32), None,
+                                torch.tensor([int(s[AGE]) for s in counted], dtype=torch.long))
         # The zero-variance share counts fresh samples (a group's samples may fall in different steps).
         tally.update(groups=float(len(fresh)), zero_variance_groups=float(sum(map(zero_variance, fresh))))
         if self._replay_drift_on:  # over every replayed sample trained on, the dropped ones included
-            measured, self._replay_drift = self._replay_drift, []
             tally.update(Tally.of_drift_values(torch.cat([m.drift for m in measured]) if measured else None,
                                                torch.cat([m.dropped for m in measured]) if measured
                                                else torch.zeros(0, dtype=torch.bool)))

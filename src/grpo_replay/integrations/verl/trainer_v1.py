@@ -199,21 +199,24 @@ class ReplayV1Mixin:
         )
 
     def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens, drift) -> dict:
+        # the replay rows counted are those that reached the loss: max_drift's dropped ones are logged as such
+        kept = np.ones(n_rep, dtype=bool) if drift is None else ~drift[1].numpy()
+        n_kept, total = int(kept.sum()), total - (n_rep - int(kept.sum()))
         out = {
             mn.FRESH_COUNT: float(n_fresh),
             "replay/padding_rows": float(n_pad),
             "replay/zero_variance_rows": float((~plan.nonzero).sum()),
-            mn.REPLAY_COUNT: float(n_rep),
-            mn.REPLAY_SHARE: n_rep / total if total else 0.0,
+            mn.REPLAY_COUNT: float(n_kept),
+            mn.REPLAY_SHARE: n_kept / total if total else 0.0,
             "replay/mini_batch_rows": float(mb_rows),
             "replay/replay_tokens": float(replay_tokens),
             mn.REPLAY_INSERTED: float(n_ins),
         }
-        if n_rep:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
-            ages = step - plan.replay_birth[:n_rep]
+        if n_kept:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
+            ages = (step - plan.replay_birth[:n_rep])[kept]
             out.update({mn.REPLAY_AGE_VERSIONS_MEAN: float(ages.mean()), mn.REPLAY_AGE_VERSIONS_MAX: float(ages.max()),
                         mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
-                        mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep]).mean())})
+                        mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep][kept]).mean())})
         if self.replay_store.config.max_drift is not None:  # (drift, dropped) of this update's replay rows
             d, dropped = drift if drift is not None else (None, torch.zeros(0, dtype=torch.bool))
             out.update({k: float(v) for k, v in Tally.of_drift_values(d, dropped).metrics().items()})

@@ -27,7 +27,10 @@ RENAMED = {
 }
 SHARED = (mn.REPLAY_SHARE, mn.REPLAY_AGE_MEAN, mn.REPLAY_AGE_MAX, mn.FRESH_ABS_ADV, mn.REPLAY_ABS_ADV,
           "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean",
-          mn.REPLAY_DRIFT_DROPPED, mn.REPLAY_DRIFT_MEAN, mn.REPLAY_DRIFT_MAX, mn.BUFFER_EVICTED_DRIFT)
+          mn.REPLAY_DRIFT_DROPPED, mn.REPLAY_DRIFT_MEAN, mn.REPLAY_DRIFT_MAX, mn.BUFFER_EVICTED_DRIFT,
+          mn.REPLAY_INSERTED, mn.BUFFER_EVICTED_AGE, mn.BUFFER_EVICTED_USES)
+COUNTS = (mn.REPLAY_AGE_MAX, mn.REPLAY_DRIFT_DROPPED, mn.BUFFER_EVICTED_DRIFT, mn.REPLAY_INSERTED,
+          mn.BUFFER_EVICTED_AGE, mn.BUFFER_EVICTED_USES)  # rows: logged by TRL as floats, written as integers
 
 
 def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int,
@@ -49,7 +52,7 @@ def metrics_row(logs: dict[str, Any], step: int, rollouts_per_step: int,
         share = logs.get(mn.REPLAY_SHARE, 0.0)
         rows = int(round(replay / share)) if replay and share else rollouts_per_step
         row.update({"update_rows": rows, mn.FRESH_COUNT: rows - replay, mn.REPLAY_COUNT: replay})
-    for count in (mn.REPLAY_AGE_MAX, mn.REPLAY_DRIFT_DROPPED, mn.BUFFER_EVICTED_DRIFT):
+    for count in COUNTS:
         if count in row:
             row[count] = int(row[count])
     return row
