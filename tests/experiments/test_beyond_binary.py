@@ -7,7 +7,7 @@ import yaml
 
 from grpo_replay.app import configio
 from grpo_replay.cli import main
-from grpo_replay.experiments.jobs import UNHASHED
+from grpo_replay.experiments.run_hash import UNHASHED
 from grpo_replay.experiments.arms import COMPARISONS, FULL, PRIORITY_ORDER, QUICK, make_arms, seed_overrides
 from grpo_replay.experiments.beyond_binary import ARM_NAMES, FAMILY_ARMS, PARENT, arm_name
 from grpo_replay.trainer.train_config import resolve
