@@ -116,11 +116,11 @@ def check(cfg: TrainConfig) -> None:
 
 
 def trl_share(cfg: TrainConfig):
-    """The replay rows a step of this config trains on under TRL's split (`replay_share.realised_share`)."""
-    from ...replay_share import realised_share
+    """The replay rows a step of this config trains on under TRL's split (`step_plan.plan_step`)."""
+    from ...step_plan import plan_step
 
     rows = cfg.prompts_per_step * cfg.group_size
-    return realised_share(rows, cfg.replay, rows // (cfg.micro_batch_size or rows))
+    return plan_step(rows, cfg.replay, rows // (cfg.micro_batch_size or rows), group_size=cfg.group_size)
 
 
 def micro_batches_that_realise(cfg: TrainConfig) -> list[int]:
