@@ -54,7 +54,7 @@ def as_unit(unit: "int | Unit") -> Unit:
 
 class Fit(NamedTuple):
     """How `fit_rows` fitted (kept fresh, replay) rows: replay rows kept, spare rows added, fresh rows left out, and
-    `whole`: nothing fits, the engine trains its own batch (every fresh and spare row, no replay)."""
+    `whole`: nothing fits, the engine trains its own batch (every fresh and spare row, no replay: `pad` = spare)."""
 
     replay: int
     pad: int = 0
@@ -119,7 +119,7 @@ def fit_rows(kept: int, replay: int, unit: int, spare: int = 0,
         replay, cut, kept, spare = replay - drop, over - drop, kept - (over - drop), 0
     total = kept + replay
     if total == 0:
-        return Fit(0, 0, cut, whole=agree is None)
+        return Fit(0, spare, cut, whole=True) if agree is None else Fit(0, 0, cut)
     r = total % unit
     if r == 0:
         return Fit(replay, 0, cut)
@@ -131,7 +131,7 @@ def fit_rows(kept: int, replay: int, unit: int, spare: int = 0,
         if replay > 0 and kept >= r:  # fresh rows of smallest |A| go before the last replay rows
             return Fit(replay, 0, cut + r)
         return Fit(0, 0, cut + r - replay)
-    return Fit(0, 0, cut, whole=True)
+    return Fit(0, spare, cut, whole=True)
 
 
 def plan_step(fresh: int, cfg: ReplayConfig, unit: "int | Unit" = 1, *, spare: int = 0, group_size: int = 1,
@@ -154,7 +154,7 @@ def plan_step(fresh: int, cfg: ReplayConfig, unit: "int | Unit" = 1, *, spare: i
     fit = fit_rows(kept_of(reps), reps, u.multiple, spare)
     return StepPlan(fresh=n, ask=ask if reps == planned else reps, planned=planned,
                     kept=n if fit.whole else kept_of(reps) - fit.cut, replay=fit.replay,
-                    pad=spare if fit.whole else fit.pad, cut=fit.cut, unit=u.multiple, whole=fit.whole,
+                    pad=fit.pad, cut=fit.cut, unit=u.multiple, whole=fit.whole,
                     enabled=cfg.enabled, configured=float(configured))
 
 
@@ -242,4 +242,4 @@ def realised(plan: StepPlan, kept: int, replay: int, fit: Optional[Fit] = None) 
         return replace(plan, kept=kept, replay=replay, pad=0, cut=0, extra=plan.total - kept - replay)
     fit = fit or Fit(replay)
     return replace(plan, kept=plan.fresh if fit.whole else kept - fit.cut, replay=fit.replay, pad=fit.pad,
-                   cut=fit.cut, whole=fit.whole)
+                   cut=0 if fit.whole else fit.cut, whole=fit.whole)
