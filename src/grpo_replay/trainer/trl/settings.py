@@ -94,10 +94,9 @@ def check(cfg: TrainConfig) -> None:
     if not share.realised:
         _refuse("micro_batch_size", cfg.micro_batch_size or rows, "one of "
                 + ", ".join(map(str, micro_batches_that_realise(cfg)[:6])) + f" with backend='trl' and "
-                f"replay.replay_ratio={cfg.replay.replay_ratio}: TRL splits the step's {share.kept} fresh + "
-                f"{share.planned} replay rows into steps_per_generation = {share.unit} micro-batches and drops the rows "
-                f"beyond a multiple, so only {share.replay} replay rows would train (share {share.share:.3f} instead "
-                f"of {share.configured:.3f}); each forward then holds micro_batch_size x (1 + replay_ratio) rows")
+                f"replay.replay_ratio={cfg.replay.replay_ratio}: the step's {share.kept} fresh rows in "
+                f"steps_per_generation = {share.unit} micro-batches would train no replay row ({share.planned} "
+                "planned): the replay arm would be GRPO; each forward holds micro_batch_size x (1 + replay_ratio) rows")
     if cfg.update_epochs != 1:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
@@ -124,7 +123,7 @@ def trl_share(cfg: TrainConfig):
 
 
 def micro_batches_that_realise(cfg: TrainConfig) -> list[int]:
-    """The micro_batch_size values (divisors of the step's rows) under which TRL trains every planned replay row."""
+    """The micro_batch_size values (divisors of the step's rows) under which TRL trains replay rows."""
     import dataclasses
 
     rows = cfg.prompts_per_step * cfg.group_size
