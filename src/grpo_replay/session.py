@@ -17,8 +17,9 @@ What it owns: the `ReplayBuffer`; the effective age bound min(tau_max, the engin
 construction (an engine that drops samples older than its own bound can never be handed an older replay row);
 the rows waiting for the update window (each keeps its own birth step, so rows of several steps enter in one
 `ReplayBuffer.add`); the drift bound's eviction; the metrics in `metric_names`' vocabulary; save / load.
-What an adapter keeps: converting its engine's batch to a `RolloutBatch` and back, agreeing row counts across
-processes, measuring the drift on its own forward pass, and calling these methods from its engine's hooks.
+What an adapter keeps: converting its engine's batch to a `RolloutBatch` and back, its engine's unit (step_plan.py)
+and the collective that agrees row counts across processes (`compose`'s `agree`), measuring the drift on its own
+forward pass, and calling these methods from its engine's hooks.
 """
 from __future__ import annotations
 
