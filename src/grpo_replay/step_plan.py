@@ -10,8 +10,9 @@ The plan, with a full buffer after warm-up:
 1. The composition's own count (`composition.PLANNED_ROWS`): fresh rows kept, replay rows asked for; at group
    granularity the draw gives whole groups of `group_size` rows within that count (341 asked, groups of 8: 336).
 2. Where those rows are not a multiple of the unit, the replay count is the one the unit holds nearest to the
-   composition's share (`_nearest`; ties: the fewer rows), and never zero while replay is on: TRL's 6 fresh rows
-   in 2 micro-batches with 3 replay rows planned train 6 + 4. A fixed total takes the composition's rule for it
+   composition's ratio of replay to kept fresh rows (`_nearest`; ties: the fewer rows): TRL's 6 fresh rows in 2
+   micro-batches with 3 replay rows planned train 6 + 2. Where that count is zero (one-row micro-batches at ratio
+   0.5: 0 or twice the ratio), replay would vanish and the plan says so (`vanishes`); trainers refuse it. A fixed total takes the composition's rule for it
    (`composition.FIXED_ROWS`); a composition without one is refused by name.
 3. What the replay count cannot fit is fitted by the one trimming rule (`fit_rows`): replay rows first (the last
    drawn, the lowest priority), then spare rows (zero-variance or engine padding rows: A = 0, on-policy, never
@@ -150,7 +151,7 @@ def plan_step(fresh: int, cfg: ReplayConfig, unit: "int | Unit" = 1, *, spare: i
     configured = _share(kept_of(ask), ask)
     reps = planned
     if u.multiple > 1 and ask > 0 and ((kept_of(planned) + planned) % u.multiple or planned == 0):
-        reps = _nearest(kept_of, planned, u.multiple, g, configured)
+        reps = _nearest(kept_of, planned, u.multiple, g, _ratio(kept_of(ask), ask))
     fit = fit_rows(kept_of(reps), reps, u.multiple, spare)
     return StepPlan(fresh=n, ask=ask if reps == planned else reps, planned=planned,
                     kept=n if fit.whole else kept_of(reps) - fit.cut, replay=fit.replay,
@@ -171,18 +172,24 @@ def _own_count(n: int, cfg: ReplayConfig, n_filtered: Optional[int]) -> tuple[Ca
 
 def _nearest(kept_of: Callable[[int], int], planned: int, unit: int, g: int, target: Fraction) -> int:
     """The replay count (a multiple of g) whose rows with the composition's kept rows are a multiple of `unit`,
-    nearest in share to `target`, positive where one is; the fewer rows on a tie. `planned` when none fits."""
+    nearest in replay rows per kept fresh row to `target` (the composition's own ratio); the fewer rows on a tie,
+    so zero where the unit holds replay only at twice the ratio or more (one-row micro-batches at ratio 0.5: the
+    plan vanishes and is refused). `planned` when none fits."""
     best, best_key = planned, None
     for r in range(0, planned + unit * g + 1, g):
         k = kept_of(r)
         if k < 0:
             break
-        if k + r == 0 or (k + r) % unit:
+        if k == 0 or (k + r) % unit:
             continue
-        key = (r == 0, abs(_share(k, r) - target), r)
+        key = (abs(_ratio(k, r) - target), r)
         if best_key is None or key < best_key:
             best, best_key = r, key
     return best
+
+
+def _ratio(kept: int, replay: int) -> Fraction:
+    return Fraction(replay, kept) if kept else Fraction(0)
 
 
 def _share(kept: int, replay: int) -> Fraction:

@@ -212,12 +212,12 @@ def test_steps_per_generation_and_reference_logps(tmp_path):
     assert not torch.equal(before, _param_vector(trainer.model))
 
 
-@pytest.mark.parametrize("per_device,spg,ratio,replay", [(3, 2, 0.5, 4), (1, 8, 0.5, 8), (4, 2, 0.375, 4)])
+@pytest.mark.parametrize("per_device,spg,ratio,replay", [(3, 2, 0.5, 2), (3, 4, 0.5, 4), (4, 2, 0.375, 2)])
 def test_a_split_that_does_not_hold_the_planned_replay_rows_trains_the_nearest_count(tmp_path, per_device, spg, ratio,
                                                                                     replay):
     """TRL splits a process's composed rows into steps_per_generation micro-batches. Where the planned replay rows do
     not fill whole micro-batches (TRL's common per-device 3 x steps_per_generation 2: 6 fresh + 3 replay rows), the
-    trainer trains the replay count the split holds nearest to the ratio (6 + 4), never none, as the plan says."""
+    trainer trains the replay count the split holds nearest to the ratio (6 + 2; ties: the fewer), as the plan says."""
     from grpo_replay.step_plan import plan_step
 
     trainer, _ = _train(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=per_device,
@@ -228,22 +228,24 @@ def test_a_split_that_does_not_hold_the_planned_replay_rows_trains_the_nearest_c
     hist = list(trainer.replay_history)
     n = per_device * spg
     assert hist[0]["replay_rows"] == 0 and all(h["fresh_rows"] == n for h in hist)  # warm-up, fresh never cut here
-    # a short buffer (step 1 holds only step 0's rows) trains fewer, never none, still in whole micro-batches
+    # a short buffer (step 1 holds only step 0's rows) trains fewer, not none, still in whole micro-batches
     assert all(0 < h["replay_rows"] <= replay and (n + h["replay_rows"]) % spg == 0 for h in hist[1:]), hist
     assert hist[-1]["replay_rows"] == replay, hist  # a buffer that holds them: the plan's count
     assert _logged(trainer, "replay/share")[-1] == pytest.approx(plan.share)
 
 
-def test_a_split_under_which_replay_would_vanish_is_refused_at_construction(tmp_path):
-    """Two fresh rows per process at ratio 0.2 plan round(0.4) = 0 replay rows: the replay arm would be GRPO, so the
-    trainer refuses at construction, naming the fields and settings under which replay trains."""
+@pytest.mark.parametrize("spg,ratio", [(2, 0.2), (8, 0.5)])
+def test_a_split_under_which_replay_would_vanish_is_refused_at_construction(tmp_path, spg, ratio):
+    """Two fresh rows per process at ratio 0.2 plan round(0.4) = 0 replay rows; one-row micro-batches at ratio 0.5
+    hold 0 or twice the ratio (the nearer on a tie: 0). The replay arm would be GRPO, so the trainer refuses at
+    construction, naming the fields and settings under which replay trains."""
     from grpo_replay.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
-        make_trainer(tmp_path, replay_preset="paper", replay_ratio=0.2, per_device_train_batch_size=1,
-                     steps_per_generation=2, gradient_accumulation_steps=2, num_generations=2)
+        make_trainer(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=1,
+                     steps_per_generation=spg, gradient_accumulation_steps=spg, num_generations=2)
     msg = str(e.value)
-    assert "per_device_train_batch_size=1 x steps_per_generation=2" in msg and "would train no replay row" in msg
+    assert f"per_device_train_batch_size=1 x steps_per_generation={spg}" in msg and "would train no replay row" in msg
     assert "allowed:" in msg
 
 

@@ -158,13 +158,13 @@ def test_a_split_under_which_replay_would_vanish_is_refused(tiny_overrides, tmp_
 
 def test_the_paper_recipe_maps_to_the_split_the_plan_trains():
     """docs/paper_table.md's TRL line: 128 prompts x 8 at micro_batch_size=1 split 1,024 fresh + 512 planned replay
-    rows into 1,024 micro-batches: the count they hold nearest to the ratio, never none, is 1,024 (2 rows a forward,
-    share 1/2); at micro_batch_size=2 each of the 512 forwards holds 3 rows and the share is 1/3."""
+    rows into 1,024 one-row micro-batches, which hold 0 or 1,024 (ratio 0 or 1, as near 0.5: the fewer), so replay
+    would vanish: refused; at micro_batch_size=2 each of the 512 forwards holds 3 rows and the share is 1/3."""
+    from grpo_replay.errors import ConfigError
+
     recipe = {"backend": "trl", "prompts_per_step": 128, "group_size": 8, "max_new_tokens": 4096}
-    one = resolve({**recipe, "micro_batch_size": 1})
-    trl_settings.check(one)
-    share = trl_settings.trl_share(one)
-    assert (share.kept, share.replay, share.unit, share.rows // share.unit) == (1024, 1024, 1024, 2)
+    with pytest.raises(ConfigError, match="would train no replay row"):
+        trl_settings.check(resolve({**recipe, "micro_batch_size": 1}))
     cfg = resolve({**recipe, "micro_batch_size": 2})
     trl_settings.check(cfg)
     share = trl_settings.trl_share(cfg)

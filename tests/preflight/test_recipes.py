@@ -65,17 +65,17 @@ def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path):
     assert not failed, "\n".join(failed)
 
 
-def test_the_paper_recipe_trl_split_of_one_row_micro_batches_reports_the_share_it_trains(tmp_path, capsys):
-    """micro_batch_size=1 under --backend trl: 1024 fresh + 512 planned replay rows in 1024 micro-batches train the
-    count the split holds nearest to the ratio, never none (1024 + 1024), and the preflight prints that share."""
+def test_the_paper_recipe_trl_split_of_one_row_micro_batches_is_refused(tmp_path, capsys):
+    """micro_batch_size=1 under --backend trl: 1024 fresh + 512 planned replay rows in 1024 one-row micro-batches hold
+    0 or 1024 replay rows (ratio 0 or 1, as near 0.5: the fewer), so no replay row would train: refused."""
     data = str(ROOT.parent / "shared" / "data" / "train" / "math_train.jsonl")
     argv = ["preflight", "grpo-replay", "train", "--backend", "trl", "--model", "Qwen/Qwen3-0.6B-Base", "--reward",
             "math", "--data", data, "--out", str(tmp_path / "run"), "--set", "prompts_per_step=128", "--set",
             "group_size=8", "--set", "max_new_tokens=4096", "--set", "micro_batch_size=1", "--set", "generator=vllm"]
-    main(argv)
+    assert main(argv) == 2
     out = capsys.readouterr()
-    assert "1024 replay after the mapping" in out.out and "share 0.500 vs configured 0.333" in out.out
-    assert "micro_batch_size: TrainConfig.micro_batch_size=1" not in out.out
+    assert "REFUSED" in out.out and "micro_batch_size: TrainConfig.micro_batch_size=1" in out.out
+    assert "0 replay after the mapping" in out.out and "share 0.000 vs configured 0.333" in out.out
 
 
 def test_a_trl_split_under_which_replay_would_vanish_is_refused(tmp_path, capsys):

@@ -4,9 +4,9 @@ call `_update_actor` makes, and its metrics row), store the same rows as the cor
 path), train the replay share `step_plan.plan_step` gives for verl's unit (what the preflight prints), and log only
 declared metric keys.
 
-The shape: 2 prompts x rollout.n 3 = 6 rows a step, one PPO mini-batch, ppo_micro_batch_size_per_gpu 2, so verl's unit
-is lcm(3, 2) = 6 rows: 6 fresh + 3 planned replay rows train 6 + 6 (the count the unit holds nearest to the ratio,
-never none); a step with one zero-variance group has 3 fresh rows + 3 replay rows.
+The shape: 4 prompts x rollout.n 3 = 12 rows a step, one PPO mini-batch, ppo_micro_batch_size_per_gpu 2, so verl's
+unit is lcm(3, 2) = 6 rows: 12 fresh + 6 planned replay rows train as planned; a step with one zero-variance group
+has 9 fresh rows and asks round(4.5) = 4 replay rows, which the unit holds nearest as 3 (9 + 3).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from grpo_replay.integrations.verl import ReplayHook, VerlReplaySettings, to_rol
 from grpo_replay.step_plan import plan_step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-N, PROMPTS, MICRO, FIRST, STEPS = 3, 2, 2, 3, 3
+N, PROMPTS, MICRO, FIRST, STEPS = 3, 4, 2, 3, 3
 UNIT = 6  # lcm(rollout.n, dp x micro) x one mini-batch
 CFG = ReplayConfig(replay_ratio=0.5, warmup_steps=0)
 
@@ -39,7 +39,7 @@ def batches() -> list:
     out = []
     for t in range(FIRST, FIRST + STEPS):
         rewards = np.array([0, 1, 1] * PROMPTS, dtype=np.float32) if t < FIRST + STEPS - 1 else \
-            np.array([1, 1, 1, 0, 1, 0], dtype=np.float32)
+            np.array([1, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0], dtype=np.float32)
         out.append(make_batch(t, n_prompts=PROMPTS, n=N, seed=7, rewards=rewards))
     return out
 
@@ -136,7 +136,7 @@ def test_verl_trainers_store_the_rows_the_core_stores(runs):
 def test_verl_trainers_train_the_share_their_plan_says(runs, name):
     shares = runs[name][1]
     assert all(got == pytest.approx(logged) == pytest.approx(planned) for got, logged, planned in shares), shares
-    assert [round(s[2], 4) for s in shares] == [0.5, 0.5, 0.5]  # 6 + 6, 6 + 6, 3 + 3
+    assert [round(s[2], 4) for s in shares] == [0.3333, 0.3333, 0.25]  # 12 + 6, 12 + 6, 9 + 3
 
 
 @pytest.mark.parametrize("name", ["legacy", "v1"])

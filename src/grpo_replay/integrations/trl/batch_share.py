@@ -3,8 +3,8 @@
 TRL splits each process's generation (per_device_train_batch_size x steps_per_generation fresh rows) into
 steps_per_generation micro-batches. The trainer composes through `ReplaySession.compose` with that unit, so the
 replay count is the one the split holds nearest to the ratio (`step_plan`): 6 fresh + 3 replay rows planned in 2
-micro-batches train 6 + 4. Only a mapping under which no replay row would train (one fresh row per process at ratio
-0.5 rounds to none) is refused, before anything is trained, with the batch settings under which replay trains.
+micro-batches train 6 + 2. Only a mapping under which no replay row would train (one fresh row per process at ratio
+0.5 rounds to none; one-row micro-batches hold none nearer the ratio) is refused, before anything is trained, with the batch settings under which replay trains.
 """
 from __future__ import annotations
 
