@@ -36,9 +36,11 @@ from grpo_replay.rollout import RolloutBatch
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def check_composed(batch: RolloutBatch, n_fresh: int, step: int, stored: int, cfg: ReplayConfig) -> list[str]:
+def check_composed(batch: RolloutBatch, n_fresh: int, step: int, stored: int, cfg: ReplayConfig,
+                   asked: int | None = None) -> list[str]:
     """Violations in one composed batch built at optimizer step `step` from n_fresh fresh rows, with `stored`
-    rows in the buffer after the draw's eviction."""
+    rows in the buffer after the draw's eviction; `asked`: the replay rows the step plan asked for (the plan's count
+    fitted to the engine's unit), None: the composition's own count."""
     out = []
     rep = batch.is_replay.cpu()
     ages = batch.age(step).cpu()[rep]
@@ -52,11 +54,11 @@ def check_composed(batch: RolloutBatch, n_fresh: int, step: int, stored: int, cf
     n_rep = int(rep.sum())
     warm = cfg.enabled and step >= cfg.warmup_steps
     if cfg.composition == "fresh_anchored" and cfg.granularity == "rollout":
-        want = min(round(cfg.replay_ratio * n_fresh), stored) if warm else 0
+        want = min(round(cfg.replay_ratio * n_fresh) if asked is None else asked, stored) if warm else 0
         if n_rep != want:
             out.append(f"step {step}: {n_rep} replay rows for {n_fresh} fresh rows; expected {want}")
     elif cfg.composition == "pool":
-        cap = round(n_fresh * cfg.replay_ratio / (1 + cfg.replay_ratio)) if warm else 0
+        cap = (round(n_fresh * cfg.replay_ratio / (1 + cfg.replay_ratio)) if asked is None else asked) if warm else 0
         if len(batch) != n_fresh or n_rep > cap:
             out.append(f"step {step}: pool of {len(batch)} rows ({n_rep} replay) for {n_fresh} fresh; at most {cap} replay")
     return out
@@ -73,7 +75,8 @@ class Recorder:
         def checked(fresh, buffer, step, *args, **kw):
             res = compose(fresh, buffer, step, *args, **kw)
             batch = res.batch
-            self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config)]
+            self.problems += [f"{self.name}: {p}" for p in check_composed(batch, len(fresh), step, len(buffer), buffer.config,
+                                                                          kw.get("n_replay"))]
             self.batches += 1
             n_rep = int(batch.is_replay.sum())
             self.replay_rows += n_rep

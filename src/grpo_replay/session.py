@@ -4,7 +4,7 @@ A trainer (the built-in loop, an engine adapter) drives it in the order of Algor
 
     session = ReplaySession(config, seed, engine_age_bound=None)   # the engine's own staleness bound, if any
     for step ...:
-        composed = session.compose(fresh, step, n_filtered)      # 4-6: evict, draw, compose
+        composed = session.compose(fresh, step, n_filtered, unit=u)  # 4-6: evict, draw, compose, fit to the unit
         ... update on composed.batch; drift = per-row drift measured on the update's forward (max_drift)
         dropped = session.drifted(composed.batch, drift)        # replayed rows above max_drift leave the loss
         session.evict_drifted(composed.batch.buffer_seq[dropped])   # ... and the buffer
@@ -17,26 +17,41 @@ What it owns: the `ReplayBuffer`; the effective age bound min(tau_max, the engin
 construction (an engine that drops samples older than its own bound can never be handed an older replay row);
 the rows waiting for the update window (each keeps its own birth step, so rows of several steps enter in one
 `ReplayBuffer.add`); the drift bound's eviction; the metrics in `metric_names`' vocabulary; save / load.
-What an adapter keeps: converting its engine's batch to a `RolloutBatch` and back, agreeing row counts across
-processes, measuring the drift on its own forward pass, and calling these methods from its engine's hooks.
+What an adapter keeps: converting its engine's batch to a `RolloutBatch` and back, its engine's unit (step_plan.py)
+and the collective that agrees row counts across processes (`compose`'s `agree`), measuring the drift on its own
+forward pass, and calling these methods from its engine's hooks.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
 
 from . import metric_names as mn
 from .buffer import ReplayBuffer, check_fresh_rows
-from .composition import Composed, compose_batch
+from .composed import ComposedBatch
+from .composition import check_n_filtered, compose_batch
 from .config import ReplayConfig
+from .step_plan import StepPlan, Unit, as_unit, fit_rows, plan_step, realised
 from .rollout import RolloutBatch, nonfinite_logp_rows, unchecked_batch
 from .tally import Tally
 
-__all__ = ["ReplaySession", "effective_age_bound", "over_drift_bound"]
+__all__ = ["ReplaySession", "Fitted", "effective_age_bound", "over_drift_bound"]
+
+
+class Fitted(NamedTuple):
+    """What `ReplaySession.compose` returns: the composed batch fitted to the engine's unit."""
+
+    batch: RolloutBatch
+    """The update's rows: the kept fresh rows first, in their original order, then the replay rows (the engine adds
+    `plan.pad` of its spare rows, and with a fixed total `plan.extra` fresh rows, itself)."""
+    fresh_index: torch.Tensor
+    """(n_kept,) long: indices into `fresh` of the kept rows, in the batch's order."""
+    plan: StepPlan
+    """The step's realised counts (`plan.share` is the replay/share every trainer logs)."""
 
 
 def effective_age_bound(tau_max: Optional[int], engine_bound: Optional[int]) -> Optional[int]:
@@ -75,10 +90,47 @@ class ReplaySession:
         self.skipped_nonfinite = 0  # rows left out of an insert since `take_skipped_nonfinite` last read it
 
     # --- Algorithm 1 steps 4-6 ------------------------------------------------------------------------
-    def compose(self, fresh: RolloutBatch, step: int, n_filtered: Optional[int] = None) -> Composed:
+    def compose(self, fresh: RolloutBatch, step: int, n_filtered: Optional[int] = None, *, unit: "int | Unit" = 1,
+                spare: int = 0, agree: Optional[Callable[[int], int]] = None,
+                group_size: Optional[int] = None,
+                screen: Optional[Callable[[RolloutBatch], Optional[torch.Tensor]]] = None) -> "Fitted":
         """Evict rows older than the age bound, draw replay rows by priority, compose them with `fresh`
-        (`compose_batch`; `n_filtered`: the fresh rows the zero-variance filter removed, for fill_filtered)."""
-        return compose_batch(fresh, self.buffer, step, n_filtered=n_filtered)
+        (`compose_batch`; `n_filtered`: the fresh rows the zero-variance filter removed, for fill_filtered), and fit
+        the composed rows to the engine's `unit` (step_plan.py: a row multiple, or a fixed total).
+
+        The buffer is asked for the step plan's replay count; what the draw gave is fitted by the plan's one rule
+        (`fit_rows`): the last replay rows dropped, `spare` engine rows added (the first `plan.pad` of them: the
+        engine's), the kept fresh rows of smallest |A| left out. `agree(rows) -> rows`: the smallest composed row
+        count over processes, for an engine whose processes must train equal counts. `group_size`: rows per stored
+        group (whole groups at group granularity; default: the largest group of `fresh`). `screen(replay) -> (R,)
+        bool`: the drawn replay rows an engine keeps before the fit (None: all; TRL's drift bound leaves some out),
+        called on every draw, an empty one included. With a full buffer the result is `plan_step`'s; the built-in
+        trainer (unit 1) is never cut."""
+        cfg, u = self.config, as_unit(unit)
+        if cfg.fill_filtered:
+            check_n_filtered(n_filtered)
+        g = group_size if group_size is not None else _largest_group(fresh)
+        plan = plan_step(len(fresh), cfg, u, spare=spare, group_size=g, n_filtered=n_filtered)
+        composed, kept = compose_batch(fresh, self.buffer, step, n_filtered=n_filtered, n_replay=plan.ask)
+        rep = torch.nonzero(composed.is_replay).flatten()
+        keep = None if screen is None else screen(composed.select(rep))
+        if keep is not None and not bool(keep.all()):
+            rep = rep[keep.cpu()]
+            composed = ComposedBatch([fresh.select(kept), composed.select(rep)])
+            rep = torch.arange(len(kept), len(kept) + len(rep))
+        if u.total is not None:  # fill_filtered: the engine drops as many zero-variance rows as were drawn
+            n_kept = len(kept) - (len(rep) if cfg.fill_filtered else 0)
+            return Fitted(composed, kept, realised(plan, n_kept, len(rep)))
+        fit = fit_rows(len(kept), len(rep), u.multiple, spare, agree)
+        done = realised(plan, len(kept), len(rep), fit)
+        if fit.whole:
+            return Fitted(ComposedBatch([fresh]), torch.arange(len(fresh)), done)
+        if fit.replay == len(rep) and fit.cut == 0:
+            return Fitted(composed, kept, done)
+        if fit.cut:  # the kept fresh rows of smallest |A| leave (stable: the first of equal |A| first)
+            order = torch.from_numpy(np.argsort(fresh.advantages[kept].abs().cpu().numpy(), kind="stable"))
+            kept = kept[torch.sort(order[fit.cut:]).values]
+        return Fitted(ComposedBatch([fresh.select(kept), composed.select(rep[: fit.replay])]), kept, done)
 
     # --- Algorithm 1 step 7 ---------------------------------------------------------------------------
     def defer(self, rows: RolloutBatch, prompt_keys: Optional[Sequence[int]] = None) -> RolloutBatch:
@@ -274,6 +326,13 @@ def _one_batch(ready: list[tuple[RolloutBatch, Optional[np.ndarray]]],
         return batch, keys, source
     order = torch.argsort(born, stable=True)
     return batch.select(order), None if keys is None else keys[order.numpy()], source[order]
+
+
+def _largest_group(fresh: RolloutBatch) -> int:
+    """Rows of the largest group of `fresh` (1 when it is empty)."""
+    if not len(fresh):
+        return 1
+    return int(torch.unique(fresh.group_ids.cpu(), return_counts=True)[1].max())
 
 
 def _with_groups(rows: RolloutBatch, group_ids: torch.Tensor) -> RolloutBatch:

@@ -3,7 +3,7 @@ import torch
 
 from grpo_replay import (COMPOSITIONS, ReplayBuffer, ReplayConfig, RolloutBatch, compose_batch, split_metrics,
                          ppo_clip_loss)
-from grpo_replay.replay_share import planned_rows
+from grpo_replay.composition import PLANNED_ROWS
 from helpers import make_batch
 
 
@@ -66,12 +66,12 @@ def test_pool_rollout_granularity_exact():
 @pytest.mark.parametrize("composition", COMPOSITIONS.names())
 @pytest.mark.parametrize("n_groups, ratio", [(2, 0.5), (3, 0.25), (5, 1.0), (4, 0.0), (3, 0.5)])
 def test_a_step_is_planned_with_the_rows_its_composition_takes(composition, n_groups, ratio):
-    """`replay_share.planned_rows` (what preflight and the trainers check) is the composition's own count."""
+    """`PLANNED_ROWS` (what the step plan starts from) is the composition's own count."""
     buf = _filled(ReplayConfig(composition=composition, replay_ratio=ratio, warmup_steps=0))
     fresh = make_batch(n_groups, 4, step=3, seed=9)
     out = compose_batch(fresh, buf, 3).batch
     taken = (int((~out.is_replay).sum()), int(out.is_replay.sum()))
-    assert taken == planned_rows(len(fresh), buf.config)
+    assert taken == PLANNED_ROWS.get(composition)(len(fresh), ratio)
 
 
 def test_warmup_and_grpo_compose_fresh_only():

@@ -212,26 +212,41 @@ def test_steps_per_generation_and_reference_logps(tmp_path):
     assert not torch.equal(before, _param_vector(trainer.model))
 
 
-@pytest.mark.parametrize("per_device,spg,ratio,realised", [(1, 8, 0.5, "0 replay rows would train (share 0.000 "
-                                                                     "instead of 0.333)"),
-                                                        (4, 2, 0.375, "2 replay rows would train (share 0.200 "
-                                                                      "instead of 0.273)"),
-                                                        (3, 2, 0.5, "2 replay rows would train (share 0.250 "
-                                                                    "instead of 0.333)")])
-def test_a_split_that_would_trim_planned_replay_rows_is_refused_at_construction(tmp_path, per_device, spg, ratio,
-                                                                              realised):
-    """TRL splits a process's composed rows into steps_per_generation micro-batches and drops the rows beyond a
-    multiple; the trainer trims replay rows to keep the multiple. Where the planned replay rows are not one (one
-    fresh row per micro-batch at ratio 0.5: 8 + 4 rows into 8 micro-batches keeps 0 replay rows, the paper arm
-    would train as GRPO), the trainer refuses at construction, naming the fields and settings that realise it."""
+@pytest.mark.parametrize("per_device,spg,ratio,replay", [(3, 2, 0.5, 2), (3, 4, 0.5, 4), (4, 2, 0.375, 2)])
+def test_a_split_that_does_not_hold_the_planned_replay_rows_trains_the_nearest_count(tmp_path, per_device, spg, ratio,
+                                                                                    replay):
+    """TRL splits a process's composed rows into steps_per_generation micro-batches. Where the planned replay rows do
+    not fill whole micro-batches (TRL's common per-device 3 x steps_per_generation 2: 6 fresh + 3 replay rows), the
+    trainer trains the replay count the split holds nearest to the ratio (6 + 2; ties: the fewer), as the plan says."""
+    from grpo_replay.step_plan import plan_step
+
+    trainer, _ = _train(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=per_device,
+                        steps_per_generation=spg, gradient_accumulation_steps=spg, max_steps=4,
+                        num_generations=2 if per_device < 4 else 4)
+    plan = plan_step(per_device * spg, trainer.replay_config, spg, group_size=trainer.num_generations)
+    assert plan.replay == replay and trainer.replay_share == plan
+    hist = list(trainer.replay_history)
+    n = per_device * spg
+    assert hist[0]["replay_rows"] == 0 and all(h["fresh_rows"] == n for h in hist)  # warm-up, fresh never cut here
+    # a short buffer (step 1 holds only step 0's rows) trains fewer, not none, still in whole micro-batches
+    assert all(0 < h["replay_rows"] <= replay and (n + h["replay_rows"]) % spg == 0 for h in hist[1:]), hist
+    assert hist[-1]["replay_rows"] == replay, hist  # a buffer that holds them: the plan's count
+    assert _logged(trainer, "replay/share")[-1] == pytest.approx(plan.share)
+
+
+@pytest.mark.parametrize("spg,ratio", [(2, 0.2), (8, 0.5)])
+def test_a_split_under_which_replay_would_vanish_is_refused_at_construction(tmp_path, spg, ratio):
+    """Two fresh rows per process at ratio 0.2 plan round(0.4) = 0 replay rows; one-row micro-batches at ratio 0.5
+    hold 0 or twice the ratio (the nearer on a tie: 0). The replay arm would be GRPO, so the trainer refuses at
+    construction, naming the fields and settings under which replay trains."""
     from grpo_replay.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
-        make_trainer(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=per_device,
-                     steps_per_generation=spg, gradient_accumulation_steps=spg, num_generations=2 if per_device < 4 else 4)
+        make_trainer(tmp_path, replay_preset="paper", replay_ratio=ratio, per_device_train_batch_size=1,
+                     steps_per_generation=spg, gradient_accumulation_steps=spg, num_generations=2)
     msg = str(e.value)
-    assert f"per_device_train_batch_size={per_device} x steps_per_generation={spg}" in msg
-    assert f"only {realised}" in msg and "allowed: per_device_train_batch_size=" in msg
+    assert f"per_device_train_batch_size=1 x steps_per_generation={spg}" in msg and "would train no replay row" in msg
+    assert "allowed:" in msg
 
 
 def test_resume_restores_buffer_and_draws(tmp_path):
@@ -258,6 +273,7 @@ def test_resume_restores_buffer_and_draws(tmp_path):
 def test_merge_fills_optional_keys(tmp_path):
     """tool_mask, vLLM sampling log-probs and importance ratios are filled (and padded) for replay rows."""
     from grpo_replay import RolloutBatch
+    from grpo_replay.integrations.trl.merge_rows import merge_replay
 
     trainer = make_trainer(tmp_path)
     B, C = 2, 4
@@ -281,7 +297,7 @@ def test_merge_fills_optional_keys(tmp_path):
         is_replay=torch.tensor([True]),
     )
     trainer.vllm_importance_sampling_mode = "token_truncate"
-    merged = trainer._replay_merge(out, torch.tensor([1]), replay)
+    merged = merge_replay(trainer, out, torch.tensor([1]), replay)
     assert merged["prompt_ids"].shape == (2, 4) and merged["completion_ids"].shape == (2, 5)
     assert merged["prompt_mask"].tolist() == [[0, 1, 1, 1], [1, 1, 1, 1]]
     assert merged["completion_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 1, 0]]  # attention up to length
@@ -292,10 +308,10 @@ def test_merge_fills_optional_keys(tmp_path):
     assert merged["advantages"].tolist() == [-1.0, 2.0]
     trainer.vllm_importance_sampling_mode = "sequence_mask"  # sequence-level ratios are (B, 1)
     out["importance_sampling_ratio"] = torch.full((B, 1), 0.5)
-    merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
+    merged = merge_replay(trainer, out, torch.tensor([0, 1]), replay)
     assert merged["importance_sampling_ratio"].tolist() == [[0.5], [0.5], [1.0]]
     trainer.pad_to_multiple_of = 4  # TRL pads the fresh rows to multiples; the merged widths (4, 5) must follow
-    merged = trainer._replay_merge(out, torch.tensor([0, 1]), replay)
+    merged = merge_replay(trainer, out, torch.tensor([0, 1]), replay)
     assert merged["prompt_ids"].shape == (3, 4) and merged["completion_ids"].shape == (3, 8)
     assert merged["prompt_mask"][2].tolist() == [1, 1, 1, 1]
     assert merged["completion_mask"][2].tolist() == [1] * 4 + [0] * 4

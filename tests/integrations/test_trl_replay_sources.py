@@ -57,8 +57,11 @@ def test_sync_equal_sources_or_one_source_are_used(tmp_path):
     assert _sync(tmp_path, make_model(), args).replay_config == same  # from args alone
     import trl
 
-    plain = trl.GRPOConfig(**{k: v for k, v in trl_kwargs(tmp_path).items() if not k.startswith("replay_")})
-    given = ReplayConfig.uniform_pool(warmup_steps=2)
+    # two groups of 4 a step: replay_ratio 1 gives pool one whole replayed group (with one group none would fit,
+    # and the trainer refuses an arm that would replay nothing)
+    kw = trl_kwargs(tmp_path, per_device_train_batch_size=8)
+    plain = trl.GRPOConfig(**{k: v for k, v in kw.items() if not k.startswith("replay_")})
+    given = ReplayConfig.uniform_pool(warmup_steps=2, replay_ratio=1.0)
     assert _sync(tmp_path, make_model(), plain, replay_config=given).replay_config == given
 
 

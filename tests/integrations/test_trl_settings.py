@@ -134,7 +134,6 @@ def test_replay_fields_reach_trl():
 
 @pytest.mark.parametrize("key,value", [
     *REFUSED.items(), ("loss.dual_clip_c", 1.2), ("loss.max_completion_length", 7), ("micro_batch_size", 3),
-    ("micro_batch_size", 1),  # 8 fresh + 4 replay rows split into 8 micro-batches: TRL would train no replay row
 ])
 def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_path, capsys):
     out = tmp_path / "run"
@@ -147,14 +146,26 @@ def test_refused_with_exit_2_before_anything(key, value, tiny_overrides, tmp_pat
     assert not out.exists()  # nothing written, nothing trained
 
 
-def test_the_paper_recipe_maps_to_a_split_that_realises_the_ratio():
-    """docs/paper_table.md's TRL line: 128 prompts x 8 at micro_batch_size=1 would split 1,024 fresh + 512 replay
-    rows into 1,024 micro-batches, keeping no replay row (the paper arm trained as GRPO): refused, naming the sizes
-    that realise it; at micro_batch_size=2 each of the 512 forwards holds 3 rows and the share is 1/3."""
+def test_a_split_under_which_replay_would_vanish_is_refused(tiny_overrides, tmp_path, capsys):
+    """32 rows at replay_ratio 0.01 plan round(0.32) = 0 replay rows: the arm would be GRPO, refused before training."""
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "trl", "--out", str(out)]
+    for k, v in {**tiny_overrides, "micro_batch_size": 1, "replay.replay_ratio": 0.01}.items():
+        argv += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "TrainConfig.micro_batch_size=1" in err and "would train no replay row" in err, err
+    assert not out.exists()
+
+
+def test_the_paper_recipe_maps_to_the_split_the_plan_trains():
+    """docs/paper_table.md's TRL line: 128 prompts x 8 at micro_batch_size=1 split 1,024 fresh + 512 planned replay
+    rows into 1,024 one-row micro-batches, which hold 0 or 1,024 (ratio 0 or 1, as near 0.5: the fewer), so replay
+    would vanish: refused; at micro_batch_size=2 each of the 512 forwards holds 3 rows and the share is 1/3."""
     from grpo_replay.errors import ConfigError
 
     recipe = {"backend": "trl", "prompts_per_step": 128, "group_size": 8, "max_new_tokens": 4096}
-    with pytest.raises(ConfigError, match=r"TrainConfig.micro_batch_size=1 is invalid; allowed: one of 2, 4, 8, 16"):
+    with pytest.raises(ConfigError, match="would train no replay row"):
         trl_settings.check(resolve({**recipe, "micro_batch_size": 1}))
     cfg = resolve({**recipe, "micro_batch_size": 2})
     trl_settings.check(cfg)

@@ -65,8 +65,9 @@ def test_every_documented_gpu_launch_passes_its_preflight(documented, tmp_path, 
     assert not failed, "\n".join(failed)
 
 
-def test_the_paper_recipe_trl_split_that_drops_replay_is_refused(tmp_path, capsys):
-    """The defect the TRL recipe had: micro_batch_size=1 under --backend trl trains no replay row."""
+def test_the_paper_recipe_trl_split_of_one_row_micro_batches_is_refused(tmp_path, capsys):
+    """micro_batch_size=1 under --backend trl: 1024 fresh + 512 planned replay rows in 1024 one-row micro-batches hold
+    0 or 1024 replay rows (ratio 0 or 1, as near 0.5: the fewer), so no replay row would train: refused."""
     data = str(ROOT.parent / "shared" / "data" / "train" / "math_train.jsonl")
     argv = ["preflight", "grpo-replay", "train", "--backend", "trl", "--model", "Qwen/Qwen3-0.6B-Base", "--reward",
             "math", "--data", data, "--out", str(tmp_path / "run"), "--set", "prompts_per_step=128", "--set",
@@ -75,6 +76,17 @@ def test_the_paper_recipe_trl_split_that_drops_replay_is_refused(tmp_path, capsy
     out = capsys.readouterr()
     assert "REFUSED" in out.out and "micro_batch_size: TrainConfig.micro_batch_size=1" in out.out
     assert "0 replay after the mapping" in out.out and "share 0.000 vs configured 0.333" in out.out
+
+
+def test_a_trl_split_under_which_replay_would_vanish_is_refused(tmp_path, capsys):
+    """Two rows a step at replay_ratio 0.2 plan round(0.4) = 0 replay rows: the arm would be GRPO, refused."""
+    argv = ["preflight", "grpo-replay", "train", "--backend", "trl", "--reward", "testbed", "--out",
+            str(tmp_path / "run"), "--set", "prompts_per_step=1", "--set", "group_size=2",
+            "--set", "replay.replay_ratio=0.2", "--set", "micro_batch_size=1"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert "REFUSED" in out.out and "micro_batch_size: TrainConfig.micro_batch_size=1" in out.out
+    assert "share 0.000 vs configured 0.000" in out.out
 
 
 def test_a_card_too_small_and_an_old_driver_are_refused(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..replay_share import realised_share
+from ..step_plan import plan_step
 from ..trainer import memory
 from ..trainer.train_config import TrainConfig
 from .host import Host
@@ -92,7 +92,7 @@ def check_replay(cfg: TrainConfig, report: Report, label: str = "") -> None:
                                   f"{cfg.replay.warmup_steps} or a lower replay.warmup_steps replays)")
         return
     unit = rows // (cfg.micro_batch_size or rows) if cfg.backend == "trl" else 1
-    s = realised_share(rows, cfg.replay, unit)
+    s = plan_step(rows, cfg.replay, unit, group_size=cfg.group_size)
     mapping = (f"TRL: per_device_train_batch_size={cfg.micro_batch_size or rows}, steps_per_generation={unit}, so "
                f"{s.rows // unit} rows per forward" if cfg.backend == "trl" else "built-in trainer: no trimming")
     report.add(section, tag + f"{s.kept} fresh + {s.planned} replay planned (replay.replay_ratio={cfg.replay.replay_ratio}, "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..app.run_files import TRL_CHECKPOINT_PREFIX
-from ..replay_share import realised_share
+from ..step_plan import plan_step
 from ..trainer import memory
 from .host import Host, check_stack
 from .report import Report
@@ -151,9 +151,14 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
                                                "zero-variance one) replaced by replay rows (replay_fill_filtered; the "
                                                "number is known only at run time)")
             return None
-        n = max(1, round(S / (1.0 + cfg.replay_ratio))) if cfg.enabled and cfg.composition == "fresh_anchored" else S
-        s = realised_share(n, cfg, 1)
-        replay = min(s.planned, S - s.kept)
+        try:  # the composer's own check: a composition without a fixed-size rule, replay that would vanish
+            from ..integrations.trl.async_composer import check_chunk
+
+            s = check_chunk(cfg, S, args.num_generations)
+        except UsageError as e:
+            report.refuse_error(e, field_name="per_device_train_batch_size / gradient_accumulation_steps")
+            return None
+        replay = s.replay
         report.add("replay rows per step", f"{S} samples per optimizer step: {s.kept} fresh + {replay} replay "
                                            f"(share {replay / S:.3f} vs configured {s.configured:.3f}, the "
                                            "composer trims trailing replay rows to keep TRL's step size)")
@@ -170,7 +175,7 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
         share = check_share(args, cfg, processes)  # args parsed with the launch's world size
     except UsageError as e:
         report.refuse_error(e, field_name="per_device_train_batch_size / steps_per_generation")
-        share = realised_share(fresh, cfg, args.steps_per_generation)
+        share = plan_step(fresh, cfg, args.steps_per_generation, group_size=args.num_generations)
     report.add("replay rows per step", f"per process: {share.kept} fresh + {share.planned} replay planned -> "
                                        f"{share.replay} after TRL's split into steps_per_generation="
                                        f"{share.unit} micro-batches of {share.rows // share.unit} rows (the YAML's "

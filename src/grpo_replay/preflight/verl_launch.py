@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..replay_share import realised_share
+from ..step_plan import plan_step
 from ..trainer import memory
 from .host import Host, check_stack
 from .report import Report
@@ -178,7 +178,7 @@ def _check_share(ov: dict, gpus: int, report: Report):
     dynamic = ov.get("actor_rollout_ref.actor.use_dynamic_bsz", "false").lower() == "true"
     micro = 1 if dynamic else int(ov.get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 1))
     unit = (rows // mb) * math.lcm(n, gpus * micro) if values.get("keep_optimizer_steps", True) else mb
-    s = realised_share(rows, cfg, unit)
+    s = plan_step(rows, cfg, unit, group_size=n)
     report.add("replay rows per step", f"{s.kept} fresh + {s.planned} replay planned (replay={ov.get('replay', 'paper')})"
                                        f" -> {s.replay} after fitting to verl's unit of {unit} rows (dp {gpus}, "
                                        f"mini-batch {mb}); share {s.share:.3f} vs configured {s.configured:.3f} with no "

@@ -231,7 +231,7 @@ def step(run: Run, t: int) -> StepOutput:
     # 4-6. Evict stale rows, sample replay rows, compose, update_epochs PPO-clip updates (one by default).
     # n_filtered: the rows the update lacks against one unfiltered round (compose_batch's replay count with
     # replay.fill_filtered): the filtered rows, or with dynamic_sampling what the round cap left unfilled.
-    update, fresh_index = session.compose(fresh, t, n_filtered=dynamic_sampling.unfilled_rows(gen))
+    update, fresh_index, _ = session.compose(fresh, t, n_filtered=dynamic_sampling.unfilled_rows(gen))
     fresh_measured = len(fresh_index) == len(fresh)  # every fresh row is in the update: its forward measures them
     if not fresh_measured:
         # Pool composition displaced some fresh rows; they still enter the buffer, so measure their

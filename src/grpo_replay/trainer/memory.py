@@ -42,7 +42,7 @@ from typing import Optional
 import torch
 
 from ..errors import ConfigError
-from ..replay_share import realised_share
+from ..step_plan import plan_step
 from .logprobs import chunk_tokens
 
 # bytes per token and layer kept for the backward pass: (x hidden, x intermediate, x (q width + kv width));
@@ -243,7 +243,7 @@ def run_phases(cfg, shape: Shape, device_type: str, card_bytes: int = 0) -> Phas
     micro = min(cfg.micro_batch_size or rows, rows)
     if cfg.backend == "trl":
         unit = rows // micro
-        micro = realised_share(rows, cfg.replay, unit).rows // unit
+        micro = plan_step(rows, cfg.replay, unit, group_size=cfg.group_size).rows // unit
     ph_precision = precision_of(cfg, device_type)
     ph = phases(shape, rows=rows, micro_rows=micro, eval_rows=0,
                 completion=completion, precision=ph_precision, vllm_bytes=vllm,

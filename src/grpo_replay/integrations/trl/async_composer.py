@@ -5,12 +5,14 @@ It hands the planner the samples of one optimizer step at a time, a chunk of S =
 num_processes x gradient_accumulation_steps samples (what TRL's fixed-count planner packs into one step), composed by
 the core's `compose_batch` from fresh samples and rows of one `ReplayBuffer`:
 
-- fresh_anchored: n = round(S / (1 + replay_ratio)) fresh samples and round(replay_ratio x n) replay rows, trailing
-  replay rows trimmed and missing ones (warm-up, a short buffer) made up with more fresh samples, so the step keeps
+- fresh_anchored: n = round(S / (1 + replay_ratio)) fresh samples and round(replay_ratio x n) replay rows within the
+  S - n the step leaves, missing ones (warm-up, a short buffer) made up with more fresh samples, so the step keeps
   TRL's size and every fresh sample taken from the queue is trained on;
 - pool: S fresh samples, of which replay rows displace some (stored, not trained, as the core's pool does);
 - fill_filtered: S fresh samples; each zero-variance one (whose group's rewards are all equal: A = 0) is replaced by a
   replay row while the buffer has one, so the update keeps its size and no more is generated.
+The counts are the core's step plan for a fixed total (`step_plan`, `Unit(total=S)`: never zero replay rows while
+the step has room for one); a composition without a rule for a fixed total is refused by name (`check_chunk`).
 
 The planner then packs the chunk as it packs fresh samples (TRL's own row balancing and token budget), so every process
 gets one non-empty row per micro-batch and the same number of micro-batches per step. Under a token budget the number
@@ -31,7 +33,9 @@ import torch
 
 from ...buffer import ReplayBuffer
 from ...config import ReplayConfig
+from ...errors import ConfigError
 from ...session import ReplaySession
+from ...step_plan import StepPlan, Unit, fixed_fresh, plan_step
 from .async_samples import AGE, IS_REPLAY, SERIAL, from_batch, loss_span, sample_from_state, sample_state, to_batch, zero_variance
 
 
@@ -44,9 +48,11 @@ class AsyncComposer:
     over again first, so the planner packs the same micro-batches as the run that saved it."""
 
     def __init__(self, config: ReplayConfig, max_staleness: int, chunk_size: int, seed: int,
-                 version: Callable[[], int]):
+                 version: Callable[[], int], group_size: int = 1):
         self.config = config
         self.chunk_size = chunk_size
+        self.group_size = group_size
+        self.plan = check_chunk(config, chunk_size, group_size)
         # Ages in model versions, bounded by min(tau_max, max_staleness); warm-up counts optimizer steps (chunks),
         # checked here, so the buffer itself has none. TRL's group ids are unique over the run.
         self.session = ReplaySession(config, seed=seed, engine_age_bound=max_staleness, global_groups=True,
@@ -77,7 +83,7 @@ class AsyncComposer:
         buffer_size = len(self.buffer)  # before this chunk's draw (it may evict)
         drawing = cfg.enabled and self.chunk >= cfg.warmup_steps
         anchored = cfg.composition == "fresh_anchored" and not cfg.fill_filtered
-        n = max(1, round(S / (1.0 + cfg.replay_ratio))) if drawing and anchored else S
+        n = self.plan.fresh if drawing else S
         taken = [_fresh(next(fresh)) for _ in range(n)]
         kept, replay, displaced = list(taken), [], []
         scorable = [i for i, s in enumerate(taken) if _has_loss_token(s)]
@@ -85,10 +91,11 @@ class AsyncComposer:
             nz = [zero_variance(taken[i]) for i in scorable]
             batch = to_batch([taken[i] for i in scorable], step=version)
             group_of = self._stored_group_ids()  # before the draw: with max_uses it removes rows it hands out
-            composed, keep = self.session.compose(batch, version, n_filtered=sum(nz))
+            # the samples without a loss token are trained but not composed: the total the composition fills
+            room = Unit(total=S - (n - len(scorable)))
+            composed, keep, _ = self.session.compose(batch, version, n_filtered=sum(nz), unit=room,
+                                                     group_size=self.group_size)
             rows = composed.select(torch.nonzero(composed.is_replay).flatten())
-            if anchored:  # trailing (lowest-drawn) rows beyond the step's size are trimmed
-                rows = rows.select(torch.arange(min(len(rows), S - n)))
             groups = [group_of[q] for q in rows.buffer_seq.tolist()] if len(rows) else []
             replay = from_batch(rows, groups, (version - rows.birth_step).tolist())
             if cfg.fill_filtered:  # replay rows take the places of zero-variance samples
@@ -182,3 +189,17 @@ def _interleave(fresh: list, replay: list) -> list:
 def chunk_size(per_device_train_batch_size: int, num_processes: int, gradient_accumulation_steps: int) -> int:
     return int(per_device_train_batch_size) * int(num_processes) * int(gradient_accumulation_steps)
 
+
+def check_chunk(config: ReplayConfig, chunk_size: int, group_size: int = 1) -> StepPlan:
+    """The step plan of a chunk of `chunk_size` samples with a full buffer; ConfigError naming the fields where the
+    composition has no rule for a fixed-size step or where no replay row would train (replay on)."""
+    plan = plan_step(fixed_fresh(config, chunk_size, group_size), config, Unit(total=chunk_size),
+                     group_size=group_size)
+    if plan.vanishes:
+        raise ConfigError(
+            f"ReplayAsyncGRPOTrainer: per_device_train_batch_size x num_processes x gradient_accumulation_steps = "
+            f"{chunk_size} samples a step with replay_ratio={config.replay_ratio} ({config.composition}) would "
+            f"train no replay row ({plan.fresh} fresh, {plan.planned} replay planned): the replay arm would be GRPO; "
+            "allowed: more samples a step (a larger per_device_train_batch_size or gradient_accumulation_steps), "
+            "or a larger replay_ratio")
+    return plan

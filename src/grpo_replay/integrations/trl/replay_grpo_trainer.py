@@ -4,9 +4,9 @@ Hook points (all narrow; no TRL method body is copied):
 - `_calculate_rewards`: super(), then keep the rewards TRL gathered over all processes (for the zero-variance
   decision, which must see whole groups even when a group straddles processes).
 - `_generate_and_score_completions`: super(), then post-process TRL's dict: compose fresh + replay rows with the
-  core `compose_batch`, queue this step's fresh non-zero-variance rows with a completion token for the buffer
-  (birth step = optimizer step), equalise row counts across processes, fill every optional key for the replay
-  rows, recompute `num_items_in_batch` over all processes.
+  core's `ReplaySession.compose` fitted to TRL's split, queue this step's fresh non-zero-variance rows with a
+  completion token for the buffer (birth step = optimizer step), fill every optional key for the replay rows
+  (merge_rows.py), recompute `num_items_in_batch` over all processes.
 - `_get_per_token_logps_and_entropies` / `_compute_loss`: when TRL computed no `old_per_token_logps` (generation
   aligned with the optimizer step), the fresh rows' behaviour log-probs are the detached log-probs of the update's
   own forward (the policy does not move inside one accumulation window), so replay adds no forward pass; replay
@@ -21,10 +21,11 @@ Design choices (documented in examples/trl/README.md):
   to the gradient but the token normaliser, exactly as in plain GRPOTrainer); zero-variance rows and rows without
   a completion token (`mask_truncated_completions`) are never inserted into the buffer. Dropping them from the
   update would make per-process row counts unequal.
-- Each process keeps its own buffer (its own rows; seed + process index). All processes agree on the number of
-  replay rows by gathering the composed row counts and trimming trailing replay rows to the minimum, rounded down
-  to a multiple of `steps_per_generation` (fresh rows are never trimmed; replay rows are in draw order, so the
-  lowest-priority draws go first).
+- Each process keeps its own buffer (its own rows; seed + process index). The session composes with TRL's split
+  as the unit (`step_plan`): the replay count is the one `steps_per_generation` micro-batches hold nearest to the
+  ratio, and all processes agree on the row count (the smallest composed count, gathered) before the fit's one
+  rule trims: trailing replay rows first (in draw order: the lowest-priority draws go first), then fresh rows of
+  smallest |A|.
 - Every process runs the same forward passes, since under FSDP or ZeRO-3 a forward is a collective: the extra
   no-grad pass over fresh rows displaced by pool composition (aligned generation) pads each process's rows to the
   largest count over all processes, none included.
@@ -41,36 +42,24 @@ from typing import Any, Optional
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler, nanstd
+from trl.trainer.utils import RepeatSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ...advantage import nonzero_variance_mask
 from ...buffer import ReplayBuffer
-from ...composed import ComposedBatch
 from ...config import ReplayConfig
 from ... import metric_names as mn
-from ...rollout import RolloutBatch, cat_padded
+from ...rollout import RolloutBatch
 from ...session import ReplaySession
 from ...tally import KINDS, Tally
 from .batch_share import check_share
+from .fresh_rows import fresh_batch
+from .merge_rows import COMPLETION_KEYS, PROMPT_KEYS, ROW_KEYS, is_row_value, merge_replay
 from .replay_fields import resolve_replay_config
 from .master_weights import check_trainer_master_weights
 from .records import LossCapture, QueuedGeneration
-from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check, token_rows
+from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
-# Keys of TRL's batch dict this integration knows how to extend with replay rows.
-PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-COMPLETION_KEYS = (
-    "completion_ids",
-    "completion_mask",
-    "old_per_token_logps",
-    "ref_per_token_logps",
-    "sampling_per_token_logps",
-    "tool_mask",
-    "importance_sampling_ratio",
-)
-ROW_KEYS = ("advantages",)
 REPLAY_FLAG_KEY = "replay_is_replay"  # (B,) bool, travels with the rows through TRL's shuffle/split
 # (B,) long: a fresh row's index in its generation's queued rows (-1: not queued, or a replay row). Set only when
 # the behaviour log-probs are taken from the update's forward.
@@ -213,7 +202,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
 
     # --- the replay step --------------------------------------------------------------------------------
     def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
-        unknown = [k for k, v in out.items() if _is_row_value(v) and k not in PROMPT_KEYS + COMPLETION_KEYS + ROW_KEYS]
+        unknown = [k for k, v in out.items() if is_row_value(v) and k not in PROMPT_KEYS + COMPLETION_KEYS + ROW_KEYS]
         if unknown:
             raise NotImplementedError(
                 f"ReplayGRPOTrainer cannot replay rows with the per-row fields {unknown} (vision-language inputs are "
@@ -223,32 +212,25 @@ class ReplayGRPOTrainer(GRPOTrainer):
             raise NotImplementedError("ReplayGRPOTrainer expects one advantage per row (shape (B,)).")
         device = self.accelerator.device
         step = int(self.state.global_step)
-        spg = int(self.args.steps_per_generation)
         n = int(out["advantages"].shape[0])
         self._replay_flush(log=False, before_step=step)  # normally a no-op: each window flushes at its end
         # TRL skips old_per_token_logps when generation is aligned with the optimizer step: the update's own
         # forward then provides the fresh rows' behaviour log-probs (see _replay_take_behaviour_logps).
         aligned = "old_per_token_logps" not in out
 
-        fresh, nonzero_var, has_tokens = self._replay_fresh_batch(out, rewards_per_func, step)
-        # kept: indices of the fresh rows the composition kept (all of them unless it displaces some).
-        # replay.fill_filtered: as many replay rows as this process has zero-variance rows (TRL keeps them, A = 0)
-        n_filtered = int((~nonzero_var).sum())
-        composed, kept = self.replay_session.compose(fresh, step, n_filtered=n_filtered)
+        fresh, nonzero_var, has_tokens = fresh_batch(self, out, rewards_per_func, step)
+        # The session fits the composed rows to TRL's split: equal counts on every process (`agree`), a multiple of
+        # steps_per_generation. replay.fill_filtered: as many replay rows as this process's zero-variance rows (TRL
+        # keeps them, A = 0). replay.max_drift: the drifted rows leave the batch and the buffer before the fit.
+        checks: list[Optional[DriftCheck]] = []
+        fitted = self.replay_session.compose(
+            fresh, step, n_filtered=int((~nonzero_var).sum()), unit=int(self.args.steps_per_generation),
+            agree=lambda rows: int(self.accelerator.gather(torch.tensor([rows], device=device)).min()),
+            screen=lambda replay: _kept_after(checks, drift_check(self, replay)))
+        drift = checks[0] if checks else None
+        composed, kept = fitted.batch, fitted.fresh_index
         replay = composed.select(torch.nonzero(composed.is_replay).flatten())
-        drift = drift_check(self, replay)  # replay.max_drift: the drifted rows leave the batch and the buffer
-        if drift is not None:
-            replay = replay.select(torch.nonzero(~drift.dropped).flatten())
-
-        # Equal row counts on every process, divisible by steps_per_generation; only replay rows are trimmed.
-        total = torch.tensor([len(kept) + len(replay)], device=device)
-        target = int(self.accelerator.gather(total).min())
-        target -= target % spg
-        n_replay = target - len(kept)
-        if n_replay < 0:
-            raise RuntimeError(f"ReplayGRPOTrainer: {len(kept)} fresh rows cannot fit {target} rows per process")
-        replay = replay.select(torch.arange(n_replay))
-        composed = ComposedBatch([fresh.select(kept), replay])  # read for its per-row fields only: no concatenation
+        n_replay = len(replay)
 
         # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
         # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
@@ -261,7 +243,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             left_out = torch.ones(n, dtype=torch.bool)
             left_out[kept] = False
             left_out &= row_id >= 0
-            # Displaced by pool composition: not in the update, so a pass of their own.
+            # Displaced by pool composition or left out by the fit: not in the update, so a pass of their own.
             self._replay_displaced_logps(out, entry, row_id, torch.nonzero(left_out).flatten())
             if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
                 out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
@@ -269,7 +251,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self.replay_session.defer(entry.batch)
 
         if n_replay or len(kept) != n:
-            out = self._replay_merge(out, kept, replay)
+            out = merge_replay(self, out, kept, replay)
         out[REPLAY_FLAG_KEY] = torch.cat(
             [torch.zeros(len(kept), dtype=torch.bool), torch.ones(n_replay, dtype=torch.bool)]
         ).to(device)
@@ -314,102 +296,6 @@ class ReplayGRPOTrainer(GRPOTrainer):
             return
         entry.batch.behaviour_logps[row_id[rows]] = logps.float().cpu()
         entry.missing[row_id[rows]] = False
-
-    def _replay_fresh_batch(
-        self, out: dict[str, Any], rewards_per_func: torch.Tensor, step: int
-    ) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """This process's rows as a RolloutBatch (behaviour log-probs zero when TRL computed none), which rows are
-        in a non-zero-variance group and scorable (decided on TRL's advantages gathered over all processes), and
-        which have at least one loss token."""
-        n = int(out["advantages"].shape[0])
-        G = int(self.num_generations)
-        rpf = rewards_per_func.float().cpu()
-        rewards = (rpf * self.reward_weights.float().cpu().unsqueeze(0)).nansum(dim=1)
-        unscorable = torch.isnan(rpf).all(dim=1)
-        rewards[unscorable] = torch.nan
-        groups = torch.arange(rewards.numel()) // G
-        grouped = rewards.view(-1, G)
-        group_mean = torch.nanmean(grouped, dim=1).nan_to_num(0.0)
-        group_std = nanstd(grouped, dim=1).nan_to_num(0.0)
-        filled = torch.where(unscorable, group_mean[groups], rewards)
-        # Zero variance is decided on what TRL trains on: with normalize_then_sum a group whose weighted reward sum
-        # is constant can still have advantages that vary (and one whose sum varies can have none).
-        adv = self.accelerator.gather(out["advantages"].detach().float()).cpu()
-        adv = torch.where(unscorable, torch.nan, adv)
-        # Unscorable rows take their group's mean advantage so they neither create nor hide variance.
-        adv_mean = torch.nanmean(adv.view(-1, G), dim=1).nan_to_num(0.0)
-        ok = nonzero_variance_mask(torch.where(unscorable, adv_mean[groups], adv), groups) & ~unscorable
-        lo = self.accelerator.process_index * n
-        local = slice(lo, lo + n)
-        completion_mask = out["completion_mask"]
-        if "tool_mask" in out:  # the buffer keeps the loss mask; attention is rebuilt from its length on replay
-            completion_mask = completion_mask * out["tool_mask"]
-        ref = out.get("ref_per_token_logps")
-        old = out.get("old_per_token_logps")  # None: aligned generation, filled from the update's forward
-        fresh = RolloutBatch.fresh(
-            prompt_ids=out["prompt_ids"].detach().cpu(),
-            prompt_mask=out["prompt_mask"].detach().cpu().long(),
-            completion_ids=out["completion_ids"].detach().cpu(),
-            completion_mask=completion_mask.detach().cpu().long(),
-            behaviour_logps=None if old is None else old.detach().float().cpu(),
-            advantages=out["advantages"].detach().float().cpu(),
-            rewards=filled[local].nan_to_num(0.0),
-            group_ids=groups[local],
-            group_std=group_std[groups[local]],
-            step=step,
-            ref_logps=None if ref is None else ref.detach().float().cpu(),
-        )
-        return fresh, ok[local], completion_mask.detach().cpu().sum(1) > 0
-
-    def _replay_merge(self, out: dict[str, Any], kept: torch.Tensor, replay: RolloutBatch) -> dict[str, Any]:
-        """Kept fresh rows of TRL's dict + the replay rows converted to TRL's keys, re-padded to shared widths."""
-        device = self.accelerator.device
-        pad_id = self._tokenizer.pad_token_id
-        pad_id = 0 if pad_id is None else pad_id
-        idx = kept.to(device)
-        fresh = {k: (v[idx] if _is_row_value(v) else v) for k, v in out.items()}
-        if len(replay) == 0:
-            return fresh
-        rep = replay.to(device)
-        C = rep.completion_ids.shape[1]
-        rows: dict[str, torch.Tensor] = {
-            **token_rows(rep, self._tokenizer.pad_token_id),
-            "advantages": rep.advantages,
-            "old_per_token_logps": rep.behaviour_logps,
-        }
-        attention = rows["completion_mask"]
-        if "tool_mask" in out:
-            rows["tool_mask"] = torch.where(attention.bool(), rep.completion_mask, 1)
-        if "ref_per_token_logps" in out:
-            if rep.ref_logps is None:
-                raise RuntimeError("ReplayGRPOTrainer: replayed rows carry no reference log-probs but beta != 0")
-            rows["ref_per_token_logps"] = rep.ref_logps
-        if "sampling_per_token_logps" in out:
-            # The buffer keeps the trainer-side behaviour log-probs only; the vLLM-vs-trainer correction of a
-            # replayed row is taken as 1 (its ratio to the behaviour policy is what PPO-clip handles).
-            rows["sampling_per_token_logps"] = rep.behaviour_logps
-        if "importance_sampling_ratio" in out:
-            width = 1 if self._replay_sequence_is() else C
-            rows["importance_sampling_ratio"] = torch.ones(len(rep), width, device=device)
-        merged = {}
-        for key, value in fresh.items():
-            if key not in rows:
-                merged[key] = value
-                continue
-            other = rows[key].to(dtype=value.dtype)
-            multiple = self.pad_to_multiple_of
-            if key in PROMPT_KEYS:
-                fill = pad_id if key == "prompt_ids" else 0
-                merged[key] = cat_padded([value, other], left=True, value=fill, multiple=multiple)
-            elif key in COMPLETION_KEYS and not (key == "importance_sampling_ratio" and self._replay_sequence_is()):
-                fill = {"completion_ids": pad_id, "tool_mask": 1, "importance_sampling_ratio": 1.0}.get(key, 0)
-                merged[key] = cat_padded([value, other], left=False, value=fill, multiple=multiple)
-            else:
-                merged[key] = torch.cat([value, other])
-        return merged
-
-    def _replay_sequence_is(self) -> bool:
-        return self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
 
     # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
     def _replay_log_step(self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int,
@@ -464,5 +350,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         for k, v in merged.metrics().items():
             metrics[k].append(float(v))
 
-def _is_row_value(v: Any) -> bool:
-    return isinstance(v, torch.Tensor) and v.dim() >= 1
+
+def _kept_after(checks: list, check: Optional[DriftCheck]) -> Optional[torch.Tensor]:
+    """Record a generation's drift check; (R,) bool the replay rows it keeps (None: no bound)."""
+    checks.append(check)
+    return None if check is None else ~check.dropped

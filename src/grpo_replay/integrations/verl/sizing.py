@@ -2,9 +2,9 @@
 
 verl's worker splits the update batch over the DP ranks, each rank's share into K PPO mini-batches and, with
 static micro-batches, each mini-batch into `ppo_micro_batch_size_per_gpu` rows (`prepare_micro_batches`
-asserts). So the composed batch (fresh + replay) is trimmed or padded to a multiple of a unit that every one of
-those divisions accepts; the trainer then scales the mini-batch to total / K rows so K, the optimizer steps per
-epoch of the fresh batch, is unchanged.
+asserts). So the composed batch (fresh + replay) is fitted to a multiple of a unit that every one of those
+divisions accepts (by the core's step plan, through `ReplaySession.compose`); the trainer then scales the
+mini-batch to total / K rows so K, the optimizer steps per epoch of the fresh batch, is unchanged.
 """
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import contextlib
 import math
 from typing import Any
 
-import numpy as np
-import torch
 from omegaconf import OmegaConf, open_dict
 
 
@@ -51,36 +49,6 @@ def batch_unit(
             f"PPO mini-batch of {mb} rows must divide by DP size * ppo_micro_batch_size_per_gpu ({dp} * {micro})"
         )
     return k, mb
-
-
-def fit_to_unit(
-    fresh_idx: np.ndarray, spare: np.ndarray, n_replay: int, adv: torch.Tensor, unit: int, n_batch: int
-) -> tuple[np.ndarray, int]:
-    """(fresh rows to use, replay rows to use) so that their total is a positive multiple of `unit`.
-
-    `fresh_idx` indexes the fresh rows the composition kept, `spare` the rows it may pad with (zero-variance
-    rows, A = 0, on-policy; verl's padding rows), `adv` (n_batch,) the advantages `fresh_idx` indexes. Replay rows
-    are touched first: drop them down to the multiple below; else pad up with spare rows; else drop all replay
-    rows and the fresh rows of smallest |A_i|; with no rows at all, or none left, the whole batch
-    (`np.arange(n_batch)`; n_batch is a multiple of unit by construction)."""
-    total = len(fresh_idx) + n_replay
-    if total == 0:  # every group zero-variance and nothing to replay: verl's own batch (all A = 0)
-        return np.arange(n_batch), 0
-    r = total % unit
-    if r == 0:
-        return fresh_idx, n_replay
-    down = total - r
-    if n_replay >= r and down > 0:
-        return fresh_idx, n_replay - r
-    need = unit - r
-    if len(spare) >= need:
-        return np.concatenate([fresh_idx, spare[:need]]), n_replay
-    if down > 0:  # drop all replay, then the smallest-|A| fresh rows
-        excess = r - n_replay
-        order = np.argsort(adv[fresh_idx].abs().numpy(), kind="stable")
-        keep = np.sort(order[excess:])
-        return fresh_idx[keep], 0
-    return np.arange(n_batch), 0
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from ...session import over_drift_bound
 from ...tally import Tally
 from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present, resume_folder, stale_buffer_folders,
                           step_folder)
-from .sizing import batch_unit, fit_to_unit, micro_batch_rows, mini_batch_scaled
+from .sizing import batch_unit, micro_batch_rows, mini_batch_scaled
 from .v1_checks import check_config, replay_settings
 from .row_store import RowStore, remote_row_store
 from .v1_store import READ_FIELDS, SUFFIXES, TQReplayStore, is_store_key, read_fresh, saved_layout_problem
@@ -83,17 +83,16 @@ class ReplayV1Mixin:
         pad_keys = [k for k, t in zip(batch.keys, batch.tags) if t.get("is_padding", False)]
         pad_tags = [t for t in batch.tags if t.get("is_padding", False)]
         before = store.live_ids()
-        plan = store.compose(fresh, step)
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
         k_steps, unit = batch_unit(len(batch), mb, self._dp_size(), micro_batch_rows(actor_cfg), rollout_n,
                                    store.settings.keep_optimizer_steps)
         n = len(fresh)
-        spare = np.concatenate([np.setdiff1d(np.flatnonzero(~plan.nonzero), plan.fresh_used),
-                                n + np.arange(len(pad_keys))]).astype(np.int64)
-        adv = torch.cat([fresh.advantages.float(), torch.zeros(len(pad_keys))])
-        used, n_rep = fit_to_unit(plan.fresh_used, spare, len(plan.replay_ids), adv, unit, len(batch))
+        # composed and fitted to verl's unit by the core (step_plan): spare rows are the zero-variance rows left
+        # out, then verl's padding rows
+        plan = store.compose(fresh, step, unit=unit, n_pad=len(pad_keys))
+        used, n_rep = plan.fresh_used, len(plan.replay_ids)
         # in verl's (balanced) order: with nothing replayed or left out the update is verl's own batch
         where = {k: j for j, k in enumerate(batch.keys)}
         position = np.array([where[k] for k in fresh.keys + pad_keys], dtype=np.int64)

@@ -29,6 +29,7 @@ from ...buffer import ReplayBuffer
 from ...config import ReplayConfig
 from ...rollout import RolloutBatch
 from ...session import ReplaySession
+from ...step_plan import StepPlan
 from .row_codec import unbind_rows
 from .row_store import RowStore
 from .rows import prompt_key, row_advantages
@@ -169,6 +170,7 @@ class V1Plan:
     replay_birth: np.ndarray
     replay_adv: np.ndarray
     nonzero: np.ndarray
+    plan: Optional[StepPlan] = None  # the step plan's realised counts (its share is replay/share)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -196,22 +198,28 @@ class TQReplayStore:
         """(n,) int64 ids of the rows the buffer holds (their insertion numbers), in slot order."""
         return self.buffer.keys()[0]
 
-    def compose(self, fresh: FreshRows, step: int) -> V1Plan:
-        """Algorithm 1 steps 3-6: zero-variance filter, evict by age, sample by priority (fresh-anchored)."""
+    def compose(self, fresh: FreshRows, step: int, unit: int = 1, n_pad: int = 0) -> V1Plan:
+        """Algorithm 1 steps 3-6: zero-variance filter, evict by age, sample by priority, fitted to verl's `unit`
+        (step_plan's one rule: replay rows, then spare rows, then the smallest-|A| fresh rows). The spare rows are
+        the zero-variance rows the filter left out, then verl's `n_pad` padding rows (indices len(fresh) + j).
+        `fresh_used` indexes the update's non-replay rows among the fresh rows and the padding rows."""
         n = len(fresh)
         nonzero = nonzero_variance_mask(fresh.rewards, fresh.group_ids).numpy() if n else np.zeros(0, bool)
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(n)
+        spare = np.concatenate([np.setdiff1d(np.flatnonzero(~nonzero), used), n + np.arange(n_pad)]).astype(np.int64)
         view = payload_free_batch(fresh, used)
-        composed, kept = self.session.compose(view, step, n_filtered=n - len(used))  # for fill_filtered
-        rep = torch.nonzero(composed.is_replay).flatten()
-        replay = composed.select(rep)
+        composed, kept, plan = self.session.compose(view, step, n_filtered=n - len(used), unit=unit,
+                                                    spare=len(spare))  # n_filtered: for fill_filtered
+        replay = composed.select(torch.nonzero(composed.is_replay).flatten())
+        rows = np.arange(n + n_pad) if plan.whole else np.concatenate([used[kept.numpy()], spare[: plan.pad]])
         return V1Plan(
             step=step,
-            fresh_used=used[kept.numpy()],
+            fresh_used=rows.astype(np.int64),
             replay_ids=np.zeros(0, np.int64) if replay.buffer_seq is None else replay.buffer_seq.long().numpy(),
             replay_birth=replay.birth_step.long().numpy(),
             replay_adv=replay.advantages.float().numpy(),
             nonzero=nonzero,
+            plan=plan,
         )
 
     def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str,

@@ -101,10 +101,9 @@ def check(cfg: TrainConfig) -> None:
     if not share.realised:
         _refuse("micro_batch_size", cfg.micro_batch_size or rows, "one of "
                 + ", ".join(map(str, micro_batches_that_realise(cfg)[:6])) + f" with backend='trl' and "
-                f"replay.replay_ratio={cfg.replay.replay_ratio}: TRL splits the step's {share.kept} fresh + "
-                f"{share.planned} replay rows into steps_per_generation = {share.unit} micro-batches and drops the rows "
-                f"beyond a multiple, so only {share.replay} replay rows would train (share {share.share:.3f} instead "
-                f"of {share.configured:.3f}); each forward then holds micro_batch_size x (1 + replay_ratio) rows")
+                f"replay.replay_ratio={cfg.replay.replay_ratio}: the step's {share.kept} fresh rows in "
+                f"steps_per_generation = {share.unit} micro-batches would train no replay row ({share.planned} "
+                "planned): the replay arm would be GRPO; each forward holds micro_batch_size x (1 + replay_ratio) rows")
     if cfg.update_epochs != 1:
         _refuse("update_epochs", cfg.update_epochs, "1 with backend='trl' (TRL's num_iterations counts each reuse as "
                 "one of max_steps' optimizer steps, and the replay ages, save and warm-up steps count them too, so "
@@ -131,15 +130,15 @@ def check_reward(cfg: TrainConfig) -> None:
 
 
 def trl_share(cfg: TrainConfig):
-    """The replay rows a step of this config trains on under TRL's split (`replay_share.realised_share`)."""
-    from ...replay_share import realised_share
+    """The replay rows a step of this config trains on under TRL's split (`step_plan.plan_step`)."""
+    from ...step_plan import plan_step
 
     rows = cfg.prompts_per_step * cfg.group_size
-    return realised_share(rows, cfg.replay, rows // (cfg.micro_batch_size or rows))
+    return plan_step(rows, cfg.replay, rows // (cfg.micro_batch_size or rows), group_size=cfg.group_size)
 
 
 def micro_batches_that_realise(cfg: TrainConfig) -> list[int]:
-    """The micro_batch_size values (divisors of the step's rows) under which TRL trains every planned replay row."""
+    """The micro_batch_size values (divisors of the step's rows) under which TRL trains replay rows."""
     import dataclasses
 
     rows = cfg.prompts_per_step * cfg.group_size

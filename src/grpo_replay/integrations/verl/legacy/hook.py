@@ -45,7 +45,7 @@ from ....tally import Tally
 from .._compat import DataProto
 from ..rows import prompt_key, row_advantages
 from ..settings import VerlReplaySettings, check_options, split_config
-from ..sizing import batch_unit, fit_to_unit
+from ..sizing import batch_unit
 from .uids import adjacent_uid_order, split_uid_runs
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,15 @@ def to_rollout_batch(batch: "DataProto", step: int) -> tuple[RolloutBatch, np.nd
     pids, pm = prompt_ids.cpu().numpy(), prompt_mask.cpu().numpy().astype(bool)
     keys = np.array([prompt_key(pids[i][pm[i]]) for i in range(len(rb))], dtype=np.int64)
     return rb, keys
+
+
+def _fitting_widths(rows: RolloutBatch, template: "DataProto", out: list) -> torch.Tensor:
+    """(R,) bool: the drawn replay `rows` that fit verl's widths; appends (their DataProto, rows dropped) to `out`."""
+    dp, fits = to_dataproto(rows, template)
+    out.append((dp, len(rows) - len(fits)))
+    keep = torch.zeros(len(rows), dtype=torch.bool)
+    keep[torch.from_numpy(np.asarray(fits, dtype=np.int64))] = True
+    return keep
 
 
 def to_dataproto(rows: RolloutBatch, template: "DataProto") -> tuple["DataProto", np.ndarray]:
@@ -293,17 +302,19 @@ class ReplayHook:
         used = np.flatnonzero(nonzero) if self.settings.filter_zero_variance else np.arange(N)
         spare = np.flatnonzero(~nonzero) if self.settings.filter_zero_variance else np.array([], dtype=np.int64)
 
-        # Algorithm 1 steps 4-6 through the core; fresh_index says which of the used rows the composition kept.
-        # n_filtered is the replay count with replay.fill_filtered (ignored otherwise)
-        composed, kept = self.session.compose(fresh.select(torch.from_numpy(used)), step, n_filtered=len(spare))
-        is_rep = composed.is_replay
-        fresh_idx = used[kept.numpy()]
-        replay_rows = composed.select(torch.nonzero(is_rep).flatten())
-        replay_dp, fits = to_dataproto(replay_rows, batch)
-        n_dropped_wide = len(replay_rows) - len(replay_dp)
-        replay_rows = replay_rows.select(torch.from_numpy(fits))  # row i of replay_dp is row i here
-
-        fresh_idx, n_replay = fit_to_unit(fresh_idx, spare, len(replay_dp), fresh.advantages, unit, N)
+        # Algorithm 1 steps 4-6 through the core, fitted to verl's unit (step_plan: replay rows, then the spare
+        # zero-variance rows, then the smallest-|A| fresh rows). n_filtered is the replay count with
+        # replay.fill_filtered (ignored otherwise). Replay rows wider than verl's fixed widths leave before the fit.
+        wide: list = []
+        fitted = self.session.compose(fresh.select(torch.from_numpy(used)), step, n_filtered=len(spare), unit=unit,
+                                      spare=len(spare), screen=lambda rows: _fitting_widths(rows, batch, wide))
+        replay_dp, n_dropped_wide = wide[0]
+        replay_rows = fitted.batch.select(torch.nonzero(fitted.batch.is_replay).flatten())
+        n_replay = len(replay_rows)
+        if fitted.plan.whole:  # nothing fits: verl's own batch (a multiple of the unit by construction)
+            fresh_idx = np.arange(N)
+        else:
+            fresh_idx = np.concatenate([used[fitted.fresh_index.numpy()], spare[: fitted.plan.pad]]).astype(np.int64)
         fresh_order = np.sort(fresh_idx)
         replay_order = np.arange(n_replay)
         if prefix_grouper:  # verl's group balancing takes runs of equal adjacent uids as the groups
