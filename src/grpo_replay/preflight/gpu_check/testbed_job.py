@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ...app.run_files import METRICS, SUMMARY
 from .report import Result
 
 # The dry run's toy testbed (the test suite's tiny settings): a 1-layer model, a short warm start, 2 steps.
@@ -41,7 +42,7 @@ def check(res: Result, out: Path, device: str, tiny: bool, timeout: float) -> No
         res.status = "failed"
         res.why = f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['(no output)'])[-1][:500]} (log {log})"
         return
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / SUMMARY).read_text())
     sampled, greedy = summary["heldout_acc_sampled"], summary["heldout_acc_greedy"]
     res.figures.update({
         "steps": summary["steps"],
@@ -57,7 +58,7 @@ def check(res: Result, out: Path, device: str, tiny: bool, timeout: float) -> No
 
 def step_times(out: Path) -> dict:
     """Step time and replay rows over the steps metrics.jsonl holds (all of them, or those done before a timeout)."""
-    path = out / "metrics.jsonl"
+    path = out / METRICS
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
     step_s = [r["time/step_s"] for r in rows if "time/step_s" in r]
     return {"steps logged": len(rows),
