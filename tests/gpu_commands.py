@@ -105,3 +105,18 @@ def from_the_checkout(argv: list[str]) -> list[str]:
 def strip_python_m(argv: list[str], module: str) -> list[str] | None:
     """The arguments after `-m module` of a recorded python call, or None when it runs something else."""
     return argv[2:] if argv[:2] == ["-m", module] else None
+
+
+def preflight_launches(tmp: Path, verl_entry: str) -> list[tuple[str, str, list[str]]]:
+    """Every launch of the docs' GPU fences the preflight takes: (source, kind, argv), kind one of grpo-replay,
+    accelerate, verl (the arguments after `python -m verl_entry`)."""
+    out = []
+    for rec in doc_commands(tmp):
+        argv = rec["argv"]
+        if rec["cmd"] == "grpo-replay" and argv[:1] in (["train"], ["compare"]):
+            out.append((rec["source"], "grpo-replay", argv))
+        elif rec["cmd"] == "accelerate" and argv[:1] == ["launch"]:
+            out.append((rec["source"], "accelerate", argv))
+        elif rec["cmd"] in ("python", "python3") and strip_python_m(argv, verl_entry) is not None:
+            out.append((rec["source"], "verl", strip_python_m(argv, verl_entry)))
+    return out

@@ -215,3 +215,23 @@ def estimator_loop(name, r, gid, eps):
             c = dev[i] - mean(dev)
             out.append(0.0 if c == 0 else c / (std(dev) + eps))
     return torch.tensor(out, dtype=torch.float64)
+
+
+def stored_rows(buffer: ReplayBuffer) -> list[tuple[int, float]]:
+    """(birth step, advantage) of every stored row, sorted: what the buffer holds, whichever trainer filled it."""
+    s = buffer.storage
+    slots = s.valid_slots()
+    return sorted(zip(s.col("birth_step")[slots].tolist(), [round(a, 5) for a in s.col("advantage")[slots].tolist()]))
+
+
+def declared_metric_keys() -> set[str]:
+    """The metric names a trainer may log: metric_names' constants and the names docs/metrics.md documents."""
+    import re
+
+    from grpo_replay import metric_names as mn
+
+    names = {v for k, v in vars(mn).items() if k.isupper() and isinstance(v, str)}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
+    names |= set(re.findall(r"`((?:replay|fresh|buffer)/[a-z_/]+)`", doc))
+    return names | {f"{kind}/{x}" for kind in ("fresh", "replay") for x in ("reward", "ratio_mean", "ratio_max",
+                                                                             "clip_frac")}

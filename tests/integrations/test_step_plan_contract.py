@@ -12,7 +12,6 @@ Every buffer starts from the same stored rows, so each step draws from a full bu
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -26,9 +25,8 @@ from grpo_replay import ReplayConfig, ReplaySession  # noqa: E402
 from grpo_replay import metric_names as mn  # noqa: E402
 from grpo_replay.advantage import nonzero_variance_mask  # noqa: E402
 from grpo_replay.step_plan import Unit, fixed_fresh, plan_step  # noqa: E402
-from helpers import make_batch  # noqa: E402
+from helpers import declared_metric_keys as declared, make_batch, stored_rows as stored  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 G, GROUPS, STEPS, FIRST = 3, 2, 3, 3  # group size, groups a step, steps, the first step (rows 0-2 are stored)
 CFG = ReplayConfig(replay_ratio=0.5, warmup_steps=0)
 
@@ -45,22 +43,6 @@ def fresh_batches() -> list:
 def prefill(buffer) -> None:
     for t in range(FIRST):
         buffer.add(make_batch(12, G, step=t, seed=100 + t, rewards=torch.tensor([0.0, 1.0, 0.5] * 12)), t)
-
-
-def stored(buffer) -> list[tuple[int, float]]:
-    """(birth step, advantage) of every stored row, sorted: what the buffer holds, whichever trainer filled it."""
-    s = buffer.storage
-    slots = s.valid_slots()
-    return sorted(zip(s.col("birth_step")[slots].tolist(), [round(a, 5) for a in s.col("advantage")[slots].tolist()]))
-
-
-def declared() -> set[str]:
-    """The metric names a trainer may log: metric_names' constants and the names docs/metrics.md documents."""
-    names = {v for k, v in vars(mn).items() if k.isupper() and isinstance(v, str)}
-    doc = (ROOT / "docs/metrics.md").read_text()
-    names |= set(re.findall(r"`((?:replay|fresh|buffer)/[a-z_/]+)`", doc))
-    names |= {f"{kind}/{x}" for kind in ("fresh", "replay") for x in ("reward", "ratio_mean", "ratio_max", "clip_frac")}
-    return names
 
 
 def replay_keys(keys) -> set[str]:

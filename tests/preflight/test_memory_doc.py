@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_commands import doc_commands, strip_python_m
+from gpu_commands import preflight_launches
 from grpo_replay.cli import main
 from grpo_replay.cli.preflight import resolve
 from grpo_replay.preflight.host import Host
@@ -99,16 +99,7 @@ def verl_total(ov: dict, card: int) -> float:
 # ------------------------------------------------------------------------------------------- the launches
 @pytest.fixture(scope="module")
 def documented(tmp_path_factory):
-    out = []
-    for rec in doc_commands(tmp_path_factory.mktemp("docs")):
-        argv = rec["argv"]
-        if rec["cmd"] == "grpo-replay" and argv[:1] in (["train"], ["compare"]):
-            out.append((rec["source"], "grpo-replay", argv))
-        elif rec["cmd"] == "accelerate" and argv[:1] == ["launch"]:
-            out.append((rec["source"], "accelerate", argv))
-        elif rec["cmd"] in ("python", "python3") and strip_python_m(argv, ENTRY) is not None:
-            out.append((rec["source"], "verl", strip_python_m(argv, ENTRY)))
-    return out
+    return preflight_launches(tmp_path_factory.mktemp("docs"), ENTRY)
 
 
 def reported(report) -> list[tuple[str, str, float]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_commands import VERL_SCRIPTS, doc_commands, from_the_checkout, strip_python_m
+from gpu_commands import VERL_SCRIPTS, from_the_checkout, preflight_launches
 from grpo_replay.cli import main
 from grpo_replay.cli.preflight import resolve
 from grpo_replay.preflight.host import Host
@@ -22,16 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def documented(tmp_path_factory):
     """Every launch of the docs' GPU fences: (source, kind, argv)."""
-    out = []
-    for rec in doc_commands(tmp_path_factory.mktemp("docs")):
-        argv = rec["argv"]
-        if rec["cmd"] == "grpo-replay" and argv[:1] in (["train"], ["compare"]):
-            out.append((rec["source"], "grpo-replay", argv))
-        elif rec["cmd"] == "accelerate" and argv[:1] == ["launch"]:
-            out.append((rec["source"], "accelerate", argv))
-        elif rec["cmd"] in ("python", "python3") and strip_python_m(argv, ENTRY) is not None:
-            out.append((rec["source"], "verl", strip_python_m(argv, ENTRY)))
-    return out
+    return preflight_launches(tmp_path_factory.mktemp("docs"), ENTRY)
 
 
 def test_every_kind_of_documented_launch_is_collected(documented):

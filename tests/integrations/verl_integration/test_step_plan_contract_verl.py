@@ -10,9 +10,7 @@ has 9 fresh rows and asks round(4.5) = 4 replay rows, which the unit holds neare
 """
 from __future__ import annotations
 
-import re
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ import torch
 pytest.importorskip("verl.protocol")
 
 from verl_batches import make_batch  # noqa: E402
+from helpers import declared_metric_keys as declared, stored_rows as stored  # noqa: E402
 
 from grpo_replay import ReplayConfig, ReplaySession  # noqa: E402
 from grpo_replay import metric_names as mn  # noqa: E402
@@ -28,7 +27,6 @@ from grpo_replay.advantage import nonzero_variance_mask  # noqa: E402
 from grpo_replay.integrations.verl import ReplayHook, VerlReplaySettings, to_rollout_batch  # noqa: E402
 from grpo_replay.step_plan import plan_step  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
 N, PROMPTS, MICRO, FIRST, STEPS = 3, 4, 2, 3, 3
 UNIT = 6  # lcm(rollout.n, dp x micro) x one mini-batch
 CFG = ReplayConfig(replay_ratio=0.5, warmup_steps=0)
@@ -48,19 +46,6 @@ def prefill(buffer) -> None:
     for t in range(FIRST):
         rb, keys = to_rollout_batch(make_batch(t, n_prompts=8, n=N, seed=1, rewards=np.array([0, 1, 0.5] * 8)), t)
         buffer.add(rb, t, prompt_keys=keys)
-
-
-def stored(buffer) -> list[tuple[int, float]]:
-    s = buffer.storage
-    slots = s.valid_slots()
-    return sorted(zip(s.col("birth_step")[slots].tolist(), [round(a, 5) for a in s.col("advantage")[slots].tolist()]))
-
-
-def declared() -> set[str]:
-    names = {v for k, v in vars(mn).items() if k.isupper() and isinstance(v, str)}
-    names |= set(re.findall(r"`((?:replay|fresh|buffer)/[a-z_/]+)`", (ROOT / "docs/metrics.md").read_text()))
-    return names | {f"{kind}/{x}" for kind in ("fresh", "replay") for x in ("reward", "ratio_mean", "ratio_max",
-                                                                             "clip_frac")}
 
 
 def plan_of(rb) -> float:
