@@ -118,16 +118,17 @@ def test_a_saved_store_resumes_with_exactly_its_buffers_rows(tmp_path):
                       group_ids=torch.arange(n) // 4, prompt_keys=np.arange(n, dtype=np.int64),
                       birth=np.ones(n, dtype=np.int64))
     store = TQReplayStore(ReplayConfig.paper())
-    ids = np.arange(n, dtype=np.int64)
+    ids = store.defer(fresh, np.arange(n)).seqs
     store.rows.put(ids.tolist(), [verl_row(3, 4, seed=i) for i in range(n)], [{"seq_len": 7}] * n)
-    store.rows.put([n], [verl_row(3, 4, seed=n)], [{"seq_len": 7}])  # copied, never added to the buffer
-    store.next_id = n + 1
-    store.add(fresh, ids, ids)
+    store.flush()
+    late = store.defer(fresh, np.arange(1)).seqs  # copied, never added to the buffer
+    store.rows.put(late.tolist(), [verl_row(3, 4, seed=n)], [{"seq_len": 7}])
     path = str(tmp_path / "replay_buffer")
     store.save(path)
     again = TQReplayStore(ReplayConfig.paper())
     again.load(path)
-    assert again.rows.ids().tolist() == list(range(n)) and again.next_id == n  # the unadded row is dropped
+    assert again.rows.ids().tolist() == list(range(n)) and late.tolist() == [n]  # the unadded row is dropped
+    assert again.buffer.next_seq == n + 1 and not again.session.pending  # its number stays unused
     rows, tags = again.rows.get([3])
     assert same_bytes(rows[0]["old_log_probs"], verl_row(3, 4, seed=3)["old_log_probs"]) and tags == [{"seq_len": 7}]
     store.rows.drop([5])
