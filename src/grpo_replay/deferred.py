@@ -59,7 +59,7 @@ class Deferred:
     def fill(self, index: Any, logps: torch.Tensor) -> None:
         """Write the behaviour log-probs of rows `index` ((k,) long or bool over `rows`): `logps` (k, >= C), its
         first C columns (C: the rows' completion width; an engine's forward may be wider), detached, float32, on
-        the CPU. Refused (ValueError) once those rows have entered the buffer."""
+        the CPU. Refused (ValueError) once a flush has taken rows of the batch."""
         index = torch.as_tensor(index).cpu()
         if index.dtype == torch.bool:
             index = torch.nonzero(index).flatten()
@@ -193,7 +193,8 @@ def entry_parts(entry: dict[str, torch.Tensor]) -> tuple[RolloutBatch, Optional[
     rows = RolloutBatch(**entry)
     n = len(rows)
     if seqs is not None and tuple(seqs.shape) != (n,):
-        raise ValueError(f"ReplaySession.load_pending: insertion_numbers has shape {tuple(seqs.shape)}; allowed: ({n},)")
+        raise ValueError(f"ReplaySession.load_pending: insertion_numbers has shape {tuple(seqs.shape)}; "
+                         f"allowed: ({n},)")
     missing = torch.zeros(n, dtype=torch.bool) if missing is None else missing.to(torch.bool).clone()
     return (rows, None if keys is None else keys.numpy().astype(np.int64),
             None if seqs is None else seqs.numpy().astype(np.int64), missing)
