@@ -54,8 +54,10 @@ def test_a_loaded_buffer_reports_none_and_keeps_reporting(tmp_path):
     assert s.buffer.take_evicted().tolist() == []
     s.buffer.evict(2)
     assert s.buffer.take_evicted().tolist() == [4, 5, 6, 7]
-    s.buffer.evict_rows([99])
-    s.buffer.load_state_dict(s.buffer.state_dict())
+    s.buffer.add(make_batch(1, 4, step=2, seed=2))
+    state = s.buffer.state_dict()
+    assert s.buffer.evict_rows([8]) == 1  # reported, never read, then the state before it is restored
+    s.buffer.load_state_dict(state)
     assert s.buffer.take_evicted().tolist() == []
 
 
