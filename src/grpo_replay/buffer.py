@@ -36,6 +36,8 @@ class ReplayBuffer:
     born after `last_step`; `totals.added == len(self) + totals.evicted()` (`BufferTotals`, also read as
     `total_added`, `total_evicted_age`, ...); group
     keys are unique across inserts (and insertion numbers, `seq`, across the buffer's life); a saved and reloaded buffer draws exactly what the original would.
+    With `report_evictions`, the insertion numbers of the rows evicted by any path (age, capacity, max_uses,
+    `evict_rows`) are kept until `take_evicted` reads them (an integration that keeps rows elsewhere drops those).
     The parts default to the config's (`granularity: group` gives `GroupPrioritizedSampler` and whole-group
     capacity eviction); pass `sampler=`, `age_eviction=` or `capacity_eviction=` to replace one, and
     `storage=RolloutStorage(unpadded=True)` (empty) to keep completions without padding.
@@ -50,6 +52,7 @@ class ReplayBuffer:
         age_eviction: Optional[Eviction] = None,
         capacity_eviction: Optional[Eviction] = None,
         storage: Optional[RolloutStorage] = None,
+        report_evictions: bool = False,
     ):
         self.config = config or ReplayConfig()
         by_group = self.config.granularity == "group"
@@ -63,6 +66,8 @@ class ReplayBuffer:
         self._next_group = 0
         self.totals = BufferTotals()
         self.last_step: Optional[int] = None  # newest step passed to add/evict/sample: no birth step is later
+        self.report_evictions = report_evictions
+        self._evicted: list[np.ndarray] = []  # insertion numbers evicted since `take_evicted` (report_evictions)
 
     def __len__(self) -> int:
         return len(self.storage)
@@ -75,9 +80,11 @@ class ReplayBuffer:
     total_evicted_drift = property(lambda self: self.totals.evicted_drift)
 
     # --- Algorithm 1 step 7 -------------------------------------------------------------------------
-    def add(self, batch: RolloutBatch, step: Optional[int] = None, prompt_keys: Optional[Sequence[int]] = None) -> int:
+    def add(self, batch: RolloutBatch, step: Optional[int] = None, prompt_keys: Optional[Sequence[int]] = None,
+            seqs: Optional[Sequence[int]] = None) -> int:
         """Insert fresh rows. Returns rows added. Each row's birth step is its `batch.birth_step` (rows of
-        several steps may come in one call), or `step` for every row when given.
+        several steps may come in one call), or `step` for every row when given. `seqs`: (n,) the rows' insertion
+        numbers, reserved before (`reserve`), distinct, each used once; None: the next n (`next_seq`).
 
         Rows are stored in padded arenas (storage.py): prompts compacted to the tokens where prompt_mask
         is 1, completions as they are, up to the longest. Group ids are mapped to buffer-wide keys, so ids
@@ -91,6 +98,7 @@ class ReplayBuffer:
         births, newest = _births(batch, step)
         a = _fresh_arrays(batch)
         pk = _prompt_keys(prompt_keys, n)
+        seqs = None if seqs is None else self._reserved(seqs, n)
         inv, n_groups = _group_index(a["group_ids"])
         rows = encode_rows(a["prompt_ids"], a["prompt_mask"], a["completion_ids"], a["completion_mask"],
                            a["behaviour_logps"], a["ref_logps"])
@@ -116,14 +124,49 @@ class ReplayBuffer:
         stored = {**columns, "birth_step": births, "weight": weight}
         if prompt_keys is None:
             del stored["prompt_key"]
-        self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask)
+        self.storage.add(stored, rows.prompt_ids, rows.completion, rows.prompt_mask, seqs=seqs)
         self._next_group += n_groups
         self._see(newest)
         self.totals.added += n
         evict = self.capacity_eviction.select(self.storage, self.last_step)
-        self.storage.remove(evict)
+        self._drop(evict)
         self.totals.evicted_capacity += len(evict)
         return n
+
+    def reserve(self, n: int) -> np.ndarray:
+        """(n,) int64: the next n insertion numbers, handed out now for rows an `add(seqs=...)` inserts later
+        (`ReplaySession.defer`); a number never used leaves a gap, and later adds number past it."""
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"ReplayBuffer.reserve: n={n!r} is invalid; allowed: an integer >= 0 (rows)")
+        return self.storage.reserve(int(n))
+
+    def _reserved(self, seqs: Sequence[int], n: int) -> np.ndarray:
+        """`seqs` as (n,) int64 after checking they are distinct numbers `reserve` handed out."""
+        s = np.asarray(seqs.cpu() if isinstance(seqs, torch.Tensor) else seqs)
+        if s.shape != (n,) or s.dtype.kind not in "iu":
+            raise ValueError(f"ReplayBuffer.add: seqs has shape {s.shape} and dtype {s.dtype}; allowed: {n} integers, "
+                             "one per row")
+        s = s.astype(np.int64)
+        if n and (int(s.min()) < 0 or int(s.max()) >= self.next_seq or len(np.unique(s)) != n):
+            raise ValueError(f"ReplayBuffer.add: seqs must be distinct numbers below next_seq={self.next_seq} handed "
+                             f"out by reserve; got {s[:5].tolist()}...")
+        return s
+
+    def _drop(self, slots: np.ndarray) -> None:
+        """Remove stored rows; with `report_evictions`, their insertion numbers wait for `take_evicted`."""
+        if self.report_evictions and len(slots):
+            self._evicted.append(self.storage.col("seq")[slots].copy())
+        self.storage.remove(slots)
+
+    def take_evicted(self) -> np.ndarray:
+        """(k,) int64: the insertion numbers of the rows evicted by any path (age, capacity, max_uses,
+        `evict_rows`) since the last call, in eviction order; O(k). Needs `report_evictions=True` (RuntimeError
+        otherwise). A loaded buffer starts with none."""
+        if not self.report_evictions:
+            raise RuntimeError("ReplayBuffer.take_evicted: this buffer was built without report_evictions=True")
+        out = np.concatenate(self._evicted) if self._evicted else np.zeros(0, np.int64)
+        self._evicted = []
+        return out
 
     # --- Algorithm 1 steps 4-5 ----------------------------------------------------------------------
     def evict(self, step: int) -> int:
@@ -141,7 +184,7 @@ class ReplayBuffer:
                 )
         self._see(step)
         slots = self.age_eviction.select(self.storage, step)
-        self.storage.remove(slots)
+        self._drop(slots)
         self.totals.evicted_age += len(slots)
         return len(slots)
 
@@ -167,7 +210,7 @@ class ReplayBuffer:
             uses = self.storage.col("uses")
             np.add.at(uses, slots, 1)  # with replacement a row drawn twice counts twice
             spent = np.unique(slots[uses[slots] >= self.config.max_uses])
-            self.storage.remove(spent)
+            self._drop(spent)
             self.totals.evicted_uses += len(spent)
         return batch
 
@@ -187,15 +230,16 @@ class ReplayBuffer:
         seqs = np.asarray(seqs.cpu() if isinstance(seqs, torch.Tensor) else seqs, dtype=np.int64).ravel()
         slots = self.storage.valid_slots()
         gone = slots[np.isin(self.storage.col("seq")[slots], seqs[seqs >= 0])]
-        self.storage.remove(gone)
+        self._drop(gone)
         self.totals.evicted_drift += len(gone)
         return len(gone)
 
     def keys(self) -> tuple[np.ndarray, np.ndarray]:
         """(insertion numbers, prompt keys) of the stored rows, (n,) int64 each, in slot order. The insertion
-        number is what every draw returns as `buffer_seq`, and the n-th row ever added has number n
-        (`next_seq`), through eviction and a reload: an integration that keeps the rows' tokens elsewhere
-        adds payload-free rows (zero-width token fields, the scalars only) and names each by its number."""
+        number is what every draw returns as `buffer_seq`: rows are numbered 0, 1, ... in the order their numbers
+        were handed out (an add, or `reserve` ahead of it; a reserved number never added leaves a gap), unique over
+        the buffer's life, through eviction and a reload (`next_seq`): an integration that keeps the rows' tokens
+        elsewhere adds payload-free rows (zero-width token fields, the scalars only) and names each by its number."""
         return self.storage.keys()
 
     next_seq = property(lambda self: self.storage.next_seq, doc="The insertion number of the next row added.")
@@ -259,6 +303,7 @@ class ReplayBuffer:
         state = buffer_state.upgrade(state)
         buffer_state.validate(state, self.config, where, parts)
         self.rng.bit_generator.state = state["rng"]
+        self._evicted = []
         self._next_group = int(state["next_group"])
         self.totals = BufferTotals(**buffer_state.totals(state["totals"], state["version"]))
         st = state["storage"]
@@ -279,7 +324,7 @@ class ReplayBuffer:
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: Optional[ReplayConfig] = None, *,
-             storage: Optional[RolloutStorage] = None) -> "ReplayBuffer":
+             storage: Optional[RolloutStorage] = None, report_evictions: bool = False) -> "ReplayBuffer":
         """Read what `save(path)` wrote (into `storage` when given: the saved format does not depend on its
         layout). Any missing, corrupt, inconsistent or edited field raises BufferStateError naming the file and
         the field."""
@@ -292,7 +337,7 @@ class ReplayBuffer:
                 raise BufferStateError(f"{where['json']}: field 'config' is not a valid ReplayConfig: {e}") from None
             if config is None:
                 raise BufferStateError(f"{where['json']}: field 'config' is missing or not an object")
-        buf = cls(config, storage=storage)
+        buf = cls(config, storage=storage, report_evictions=report_evictions)
         buf._load_validated(state, where)
         return buf
 

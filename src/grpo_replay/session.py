@@ -8,22 +8,23 @@ A trainer (the built-in loop, an engine adapter) drives it in the order of Algor
         ... update on composed.batch; drift = per-row drift measured on the update's forward (max_drift)
         dropped = session.drifted(composed.batch, drift)        # replayed rows above max_drift leave the loss
         session.evict_drifted(composed.batch.buffer_seq[dropped])   # ... and the buffer
-        session.defer(fresh_rows_with_behaviour_logps)           # 7: rows wait for the update window to close
+        handle = session.defer(fresh_rows)                      # 7: rows wait for the update window to close,
+        handle.fill(rows, behaviour_logps)                       # (with missing_logps=True: written in the update)
         session.flush(before=next_step)                          # ... and enter the buffer with their birth steps
         tally = session.tally(composed.batch, step, ...)         # sums and counts; a backend all-reduces them
         log(tally.metrics() | session.buffer_metrics(step + 1))
 
 What it owns: the `ReplayBuffer`; the effective age bound min(tau_max, the engine's staleness bound), fixed at
 construction (an engine that drops samples older than its own bound can never be handed an older replay row);
-the rows waiting for the update window (each keeps its own birth step, so rows of several steps enter in one
-`ReplayBuffer.add`); the drift bound's eviction; the metrics in `metric_names`' vocabulary; save / load.
+the rows waiting for the update window (`Deferred` handles, deferred.py: each row has its insertion number from the
+defer on and keeps its own birth step, so rows of several steps enter in one `ReplayBuffer.add`); the drift bound's
+eviction; the metrics in `metric_names`' vocabulary; save / load.
 What an adapter keeps: converting its engine's batch to a `RolloutBatch` and back, its engine's unit (step_plan.py)
 and the collective that agrees row counts across processes (`compose`'s `agree`), measuring the drift on its own
 forward pass, and calling these methods from its engine's hooks.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -35,8 +36,10 @@ from .buffer import ReplayBuffer, check_fresh_rows
 from .composed import ComposedBatch
 from .composition import check_n_filtered, compose_batch
 from .config import ReplayConfig
+from . import deferred as dfr
+from .deferred import Deferred
 from .step_plan import StepPlan, Unit, as_unit, fit_rows, plan_step, realised
-from .rollout import RolloutBatch, nonfinite_logp_rows, unchecked_batch
+from .rollout import RolloutBatch, nonfinite_logp_rows
 from .tally import Tally
 
 __all__ = ["ReplaySession", "Fitted", "effective_age_bound", "over_drift_bound"]
@@ -74,18 +77,20 @@ class ReplaySession:
     `age_bound` = min(tau_max, it). `buffer_overrides` are `ReplayConfig` fields the buffer itself is built with
     instead (an engine that counts warm-up in other units than ages, say), `storage` its row layout. `global_groups`: the engine's
     group ids are unique over the run (TRL async's), so rows of one group deferred in several batches stay one
-    stored group; by default each deferred batch numbers its own groups (a generation's, from 0)."""
+    stored group; by default each deferred batch numbers its own groups (a generation's, from 0).
+    `report_evictions`: the buffer keeps the insertion numbers it evicts for `take_evicted`."""
 
     def __init__(self, config: ReplayConfig, seed: int = 0, *, engine_age_bound: Optional[int] = None,
-                 storage=None, global_groups: bool = False, **buffer_overrides: Any):
+                 storage=None, global_groups: bool = False, report_evictions: bool = False, **buffer_overrides: Any):
         self.config = config
         self.global_groups = global_groups
         self.age_bound = effective_age_bound(config.tau_max, engine_age_bound)
         changes = {**({"tau_max": self.age_bound} if self.age_bound != config.tau_max else {}), **buffer_overrides}
-        self.buffer = ReplayBuffer(config.replace(**changes) if changes else config, seed=seed, storage=storage)
-        # (rows, prompt keys, the batch given to `defer` they are part of) in arrival order
-        self.pending: list[tuple[RolloutBatch, Optional[np.ndarray], RolloutBatch]] = []
-        self._flushed: list[tuple[RolloutBatch, int]] = []  # the last flush's: (batch given to `defer`, rows inserted)
+        self.buffer = ReplayBuffer(config.replace(**changes) if changes else config, seed=seed, storage=storage,
+                                   report_evictions=report_evictions)
+        # the waiting rows, in defer order: (the handle, its rows still waiting, None: all)
+        self.pending: list[dfr.Part] = []
+        self.flushed: list[Deferred] = []  # the handles the last flush took rows of
         self.inserted = 0  # rows inserted since `take_inserted` last read it
         self.skipped_nonfinite = 0  # rows left out of an insert since `take_skipped_nonfinite` last read it
 
@@ -133,84 +138,79 @@ class ReplaySession:
         return Fitted(ComposedBatch([fresh.select(kept), composed.select(rep[: fit.replay])]), kept, done)
 
     # --- Algorithm 1 step 7 ---------------------------------------------------------------------------
-    def defer(self, rows: RolloutBatch, prompt_keys: Optional[Sequence[int]] = None) -> RolloutBatch:
+    def defer(self, rows: RolloutBatch, prompt_keys: Optional[Sequence[int]] = None, *,
+              missing_logps: Any = False) -> Deferred:
         """Queue fresh rows for the buffer until the update window they were trained in closes (`flush`), so no
-        step replays rows born at that step. Returns `rows`: the adapter may still fill in their behaviour
-        log-probs (in place) before the flush. Each row keeps its `birth_step`. Checked as `ReplayBuffer.add`
-        checks a batch (`check_fresh_rows`: ValueError naming the field), so a batch the buffer would refuse never
-        waits; only NaN or inf log-probs pass (the flush leaves those rows out)."""
-        if len(rows):
-            keys = check_fresh_rows(rows, "ReplaySession.defer", prompt_keys)
-            self.pending.append((rows, None if prompt_keys is None else keys, rows))
-        return rows
+        step replays rows born at that step. Returns their `Deferred` handle: the insertion numbers the rows get
+        (`handle.seqs`, reserved now: `ReplayBuffer.reserve`), `fill` for behaviour log-probs measured later
+        (`missing_logps`: True, or (n,) bool, for the rows whose log-probs are still to come; a flush refuses them
+        until filled), and after the flush what was inserted. Each row keeps its `birth_step`. Checked as
+        `ReplayBuffer.add` checks a batch (`check_fresh_rows`: ValueError naming the field), so a batch the buffer
+        would refuse never waits; only NaN or inf log-probs pass (the flush leaves those rows out, their numbers
+        unused)."""
+        missing = dfr.as_missing(missing_logps, len(rows))
+        if not len(rows):
+            return Deferred(rows, np.zeros(0, np.int64), None, missing)
+        keys = check_fresh_rows(rows, "ReplaySession.defer", prompt_keys)
+        handle = Deferred(rows, self.buffer.reserve(len(rows)), None if prompt_keys is None else keys, missing)
+        self.pending.append((handle, None))
+        return handle
 
     def flush(self, before: Optional[int] = None) -> int:
         """Insert the waiting rows born before step `before` (all of them when None) in one `ReplayBuffer.add`,
-        each with its own birth step, in birth order (rows of one birth in arrival order). Returns rows inserted. Rows with a
-        NaN or inf log-prob at a counted token stay out (counted: `take_skipped_nonfinite`; per deferred batch,
-        `inserted_from`).
+        each with its own birth step and its reserved insertion number, in birth order (rows of one birth in defer
+        order). Returns rows inserted. Rows with a NaN or inf log-prob at a counted token stay out (counted:
+        `take_skipped_nonfinite`; per handle, `Deferred.skipped`). The handles it took rows of are `flushed`,
+        their `inserted` numbers updated.
 
         The group ids of each deferred batch are its own (an engine may number every generation's groups from 0):
         they are kept apart here, so rows of two batches never share a stored group.
 
-        Atomic: each deferred batch is checked again (its log-probs may have been filled in since `defer`) before
-        anything changes; a flush that raises leaves the waiting rows and the buffer as they were, and its ValueError
-        names the deferred batch by its place among the waiting ones, in the order given to `defer`."""
-        ready, waiting = self._split_pending(before)
-        self._flushed = []
+        Atomic: each deferred batch is checked again (its log-probs may have been filled in since `defer`; none of
+        its ready rows may still miss them) before anything changes; a flush that raises leaves the waiting rows
+        and the buffer as they were, and its ValueError names the deferred batch by its place among the waiting
+        ones, in the order given to `defer`."""
+        ready, waiting = dfr.split(self.pending, before)
+        self.flushed = []
         if not ready:
             self.pending = waiting
             return 0
-        self._check_ready([origin for _, _, origin in ready])
-        batch, keys, source = _one_batch([(rows, keys) for rows, keys, _ in ready], self.global_groups)
+        self._check_ready(ready)
+        batch, keys, seqs, source = dfr.one_batch(ready, self.global_groups)
         bad = nonfinite_logp_rows(batch).cpu()  # NaN/inf log-probs (a sampler's -inf under top-p): ratio undefined
-        kept = torch.bincount(source[~bad], minlength=len(ready)).tolist()
-        if bool(bad.any()):
-            good = torch.nonzero(~bad).flatten()
-            batch, keys = batch.select(good), None if keys is None else keys[good.numpy()]
-        n = self.buffer.add(batch, prompt_keys=keys) if len(batch) else 0  # atomic: raises before any change
+        good = ~bad.numpy()
+        if not good.all():
+            idx = torch.from_numpy(np.flatnonzero(good))
+            batch, keys = batch.select(idx), None if keys is None else keys[good]
+        n = self.buffer.add(batch, prompt_keys=keys, seqs=seqs[good]) if good.any() else 0  # atomic: raises first
         self.pending = waiting
-        self._flushed = [(origin, k) for (_, _, origin), k in zip(ready, kept)]
+        src = source.numpy()
+        for i, (d, idx) in enumerate(ready):
+            mine = src == i
+            d.inserted = np.concatenate([d.inserted, seqs[mine & good]])
+            d.skipped = np.concatenate([d.skipped, seqs[mine & ~good]])
+            d.waiting -= int(mine.sum())
+        self.flushed = dfr.unique_handles(ready)
         self.skipped_nonfinite += int(bad.sum())
         self.inserted += n
         return n
 
-    def _split_pending(self, before: Optional[int]) -> tuple[list, list]:
-        """(the waiting rows born before `before` (all when None), the rest), as (rows, keys, origin) parts."""
-        ready, waiting = [], []
-        for rows, keys, origin in self.pending:
-            born = rows.birth_step.cpu()
-            take = torch.ones(len(rows), dtype=torch.bool) if before is None else born < int(before)
-            if bool(take.all()):
-                ready.append((rows, keys, origin))
-            elif bool(take.any()):
-                idx, rest = torch.nonzero(take).flatten(), torch.nonzero(~take).flatten()
-                ready.append((rows.select(idx), None if keys is None else keys[idx.numpy()], origin))
-                waiting.append((rows.select(rest), None if keys is None else keys[rest.numpy()], origin))
-            else:
-                waiting.append((rows, keys, origin))
-        return ready, waiting
-
-    def _check_ready(self, origins: list[RolloutBatch]) -> None:
-        """`check_fresh_rows` of each deferred batch the flush takes rows of; the ValueError names the batch (its
-        index among the batches waiting, in the order given to `defer`) and its rows as the caller numbered them."""
-        waiting = list({id(origin): origin for _, _, origin in self.pending}.values())
-        checked: set[int] = set()
-        for origin in origins:
-            if id(origin) in checked:
-                continue
-            checked.add(id(origin))
-            index = next(i for i, o in enumerate(waiting) if o is origin)
+    def _check_ready(self, ready: list[dfr.Part]) -> None:
+        """The deferred batches the flush takes rows of: none of those rows misses its behaviour log-probs, and
+        each batch passes `check_fresh_rows`; the ValueError names the batch (its index among the batches
+        waiting, in the order given to `defer`) and its rows as the caller numbered them."""
+        waiting = dfr.unique_handles(self.pending)
+        dfr.check_missing(ready, waiting)
+        for d in dfr.unique_handles(ready):
             try:
-                check_fresh_rows(origin, "ReplaySession.flush")
+                check_fresh_rows(d.rows, "ReplaySession.flush")
             except ValueError as e:
-                raise ValueError(f"{e} (deferred batch {index} of the {len(waiting)} waiting, counted from 0 in the "
-                                 "order given to defer; nothing was inserted and every waiting row is kept)") from None
+                raise ValueError(f"{e} (deferred batch {dfr.place(d, waiting)}; nothing was inserted and every "
+                                 "waiting row is kept)") from None
 
-    def inserted_from(self, rows: RolloutBatch) -> int:
-        """Rows of `rows` (a batch given to `defer`) that the last `flush` inserted: those it took that had no NaN or
-        inf log-prob at a counted token; 0 when it took none of them."""
-        return sum(n for origin, n in self._flushed if origin is rows)
+    def waiting(self) -> list[Deferred]:
+        """The handles with rows still waiting, in defer order."""
+        return dfr.unique_handles(self.pending)
 
     def take_skipped_nonfinite(self) -> int:
         """Rows left out of the inserts since the last call for a NaN or inf behaviour or reference log-prob at a
@@ -267,31 +267,30 @@ class ReplaySession:
         self.buffer.save(path)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Replace the buffer with the one saved at `path` (validated: BufferStateError); nothing waits after it."""
-        self.buffer = ReplayBuffer.load(path, config=self.buffer.config)
+        """Replace the buffer with the one saved at `path` (validated: BufferStateError); nothing waits after it,
+        and no eviction waits to be reported (`ReplayBuffer.take_evicted`)."""
+        self.buffer = ReplayBuffer.load(path, config=self.buffer.config, report_evictions=self.buffer.report_evictions)
         self.pending = []
 
     def pending_state(self) -> list[dict[str, torch.Tensor]]:
-        """The waiting rows as tensors only (what `torch.load(weights_only=True)` reads back), for an engine that
-        checkpoints while rows wait (`load_pending` restores them)."""
-        out = []
-        for rows, keys, _ in self.pending:
-            entry = {f.name: getattr(rows, f.name) for f in dataclasses.fields(RolloutBatch)
-                     if getattr(rows, f.name) is not None}
-            if keys is not None:
-                entry["prompt_keys"] = torch.from_numpy(keys)
-            out.append(entry)
-        return out
+        """The waiting rows as tensors only (what `torch.load(weights_only=True)` reads back), with their insertion
+        numbers, for an engine that checkpoints while rows wait (`load_pending` restores them; save the buffer
+        with them: it knows those numbers as handed out)."""
+        return dfr.state_of(self.pending)
 
-    def load_pending(self, state: list[dict[str, torch.Tensor]]) -> None:
-        """Restore `pending_state`; each entry is checked as a `RolloutBatch` (ValueError naming the field)."""
+    def load_pending(self, state: list[dict[str, torch.Tensor]]) -> list[Deferred]:
+        """Restore `pending_state` (after `load`), one handle per entry (returned); each entry is checked as a
+        `RolloutBatch` (ValueError naming the field). Entries saved without insertion numbers get new ones."""
         pending = []
         for entry in state:
-            entry = dict(entry)
-            keys = entry.pop("prompt_keys", None)
-            rows = RolloutBatch(**entry)
-            pending.append((rows, None if keys is None else keys.numpy().astype(np.int64), rows))
+            rows, keys, seqs, missing = dfr.entry_parts(entry)
+            if seqs is None:
+                seqs = self.buffer.reserve(len(rows))
+            elif len(seqs) and int(seqs.max()) >= self.buffer.next_seq:  # saved without the buffer's counter
+                self.buffer.reserve(int(seqs.max()) + 1 - self.buffer.next_seq)
+            pending.append((Deferred(rows, seqs, keys, missing), None))
         self.pending = pending
+        return [d for d, _ in pending]
 
     def state_dict(self) -> dict[str, Any]:
         return self.buffer.state_dict()
@@ -301,40 +300,8 @@ class ReplaySession:
         self.pending = []
 
 
-def _one_batch(ready: list[tuple[RolloutBatch, Optional[np.ndarray]]],
-               global_groups: bool) -> tuple[RolloutBatch, Optional[np.ndarray], torch.Tensor]:
-    """The ready rows as one batch in birth order (stable: rows of one birth in arrival order), with their prompt
-    keys (None when no batch had any) and each row's index in `ready`. Unless `global_groups`, each deferred batch's
-    group ids are offset past the previous batches', so two batches' groups never merge."""
-    source = torch.cat([torch.full((len(rows),), i, dtype=torch.long) for i, (rows, _) in enumerate(ready)])
-    if len(ready) == 1:
-        batch, keys = ready[0]
-    else:
-        parts, offset = [], 0
-        for rows, _ in ready:
-            if not global_groups:
-                _, inv = torch.unique(rows.group_ids.cpu(), return_inverse=True)
-                rows = _with_groups(rows, offset + inv)
-                offset += int(inv.max()) + 1
-            parts.append(rows)
-        batch = RolloutBatch.concat(parts)
-        keys = None
-        if any(k is not None for _, k in ready):
-            keys = np.concatenate([k if k is not None else np.full(len(r), -1, np.int64) for r, k in ready])
-    born = batch.birth_step.cpu()
-    if len(born) < 2 or bool((born[1:] >= born[:-1]).all()):
-        return batch, keys, source
-    order = torch.argsort(born, stable=True)
-    return batch.select(order), None if keys is None else keys[order.numpy()], source[order]
-
-
 def _largest_group(fresh: RolloutBatch) -> int:
     """Rows of the largest group of `fresh` (1 when it is empty)."""
     if not len(fresh):
         return 1
     return int(torch.unique(fresh.group_ids.cpu(), return_counts=True)[1].max())
-
-
-def _with_groups(rows: RolloutBatch, group_ids: torch.Tensor) -> RolloutBatch:
-    fields = {f.name: getattr(rows, f.name) for f in dataclasses.fields(RolloutBatch)}
-    return unchecked_batch({**fields, "group_ids": group_ids.to(torch.long)})

@@ -131,8 +131,15 @@ class RolloutStorage:
 
     @property
     def next_seq(self) -> int:
-        """The insertion number the next stored row gets (rows are numbered 0, 1, ... over the storage's life)."""
+        """The insertion number the next stored row gets (rows are numbered 0, 1, ... over the storage's life;
+        `reserve` hands numbers out ahead of the rows)."""
         return self._seq
+
+    def reserve(self, n: int) -> np.ndarray:
+        """(n,) int64: the next n insertion numbers, handed out now for rows an `add(seqs=...)` stores later."""
+        out = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        self._seq += n
+        return out
 
     def born_before(self, step: int) -> np.ndarray:
         """Sorted slots (int64) of the stored rows born before `step`, O(rows returned) (`BirthIndex`)."""
@@ -207,6 +214,7 @@ class RolloutStorage:
         prompt_ids: np.ndarray,
         completion: dict[str, Optional[np.ndarray]],
         prompt_mask: Optional[np.ndarray] = None,
+        seqs: Optional[np.ndarray] = None,
     ) -> np.ndarray:
         """Store n rows; returns their slots.
 
@@ -216,7 +224,8 @@ class RolloutStorage:
         given: positions where it is False are then stored as 0. `completion` maps comp_ids, logps and ref
         (None when the rows carry no reference log-probs) to right-padded (n, C) arrays of any dtype, cast on
         the copy, and mask to the packed mask of `pack_mask`, or to None when every row's mask is its first
-        comp_len positions (`prefix_lengths`); comp_len in `scalars` comes from there."""
+        comp_len positions (`prefix_lengths`); comp_len in `scalars` comes from there. `seqs`: (n,) the rows'
+        insertion numbers, reserved before (`reserve`); None: the next n."""
         n = len(prompt_ids)
         has_ref = completion.get("ref") is not None
         if self._count == 0:
@@ -241,11 +250,12 @@ class RolloutStorage:
                 self._cols[k][at] = arr
             elif (np.asarray(arr) != _LAZY_COLUMNS[k]).any():  # a lazy column's first non-default value
                 self.col(k)[at] = arr
-        self._cols["seq"][at] = np.arange(self._seq, self._seq + n)
+        self._cols["seq"][at] = np.arange(self._seq, self._seq + n) if seqs is None else seqs
         for k, default in _LAZY_COLUMNS.items():  # allocated, not given: the default (uses: 0 for a new row)
             if k in self._cols and k not in scalars:
                 self._cols[k][at] = default
-        self._seq += n
+        if seqs is None:
+            self._seq += n
         self.valid[at] = True
         self.dense[at] = dense
         self._count += n

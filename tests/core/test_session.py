@@ -81,14 +81,13 @@ def test_flush_counts_the_rows_it_inserts_of_each_deferred_batch():
     a.behaviour_logps[5, 0] = float("-inf")  # due at the second
     b.behaviour_logps[7, 0] = float("inf")
     s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None))
-    for rows in (a, b, c):
-        s.defer(rows)
+    ha, hb, hc = (s.defer(rows) for rows in (a, b, c))
     assert s.flush(before=2) == 3 + 7 + 4 and s.take_skipped_nonfinite() == 2
-    assert [s.inserted_from(r) for r in (a, b, c)] == [3, 7, 4]
-    assert s.inserted_from(make_batch(1, 4, step=0, seed=2)) == 0  # not a batch given to defer
-    assert s.flush() == 3 and s.take_skipped_nonfinite() == 1
-    assert [s.inserted_from(r) for r in (a, b, c)] == [3, 0, 0]
-    assert s.flush() == 0 and s.inserted_from(a) == 0
+    assert [h.n_inserted for h in (ha, hb, hc)] == [3, 7, 4] and s.flushed == [ha, hb, hc]
+    assert ha.skipped.tolist() == [ha.seqs[0]] and hb.skipped.tolist() == [hb.seqs[7]] and ha.waiting == 4
+    assert s.flush() == 3 and s.take_skipped_nonfinite() == 1 and s.flushed == [ha]
+    assert [h.n_inserted for h in (ha, hb, hc)] == [6, 7, 4] and ha.skipped.tolist() == ha.seqs[[0, 5]].tolist()
+    assert s.flush() == 0 and s.flushed == [] and ha.waiting == 0
 
 
 def test_drift_bound_evicts_replayed_rows_above_it_and_never_fresh_ones():
@@ -187,18 +186,17 @@ def test_a_flush_that_raises_keeps_the_waiting_rows_and_names_the_deferred_batch
     waiting row, the valid batches' too, is kept for the next flush."""
     s = ReplaySession(ReplayConfig(warmup_steps=0, tau_max=None))
     a, b, c = make_batch(2, 4, step=0, seed=0), make_batch(2, 4, step=0, seed=1), make_batch(1, 4, step=1, seed=2)
-    for rows in (a, b, c):
-        s.defer(rows)
+    ha, hb, hc = (s.defer(rows) for rows in (a, b, c))
     b.advantages[6] = float("nan")  # row 6 of b; row 14 of the merged batch
-    pending = [(len(r), o) for r, _, o in s.pending]
+    pending = list(s.pending)
     with pytest.raises(ValueError, match=r"advantages must be finite; rows \[6\] .*deferred batch 1 of the 3 waiting"):
         s.flush()
-    assert [(len(r), o) for r, _, o in s.pending] == pending and len(s.buffer) == 0 and s.take_inserted() == 0
+    assert s.pending == pending and len(s.buffer) == 0 and s.take_inserted() == 0
     c.behaviour_logps = c.behaviour_logps[:, :-1]  # only c is not due before step 1: b's error comes first
     with pytest.raises(ValueError, match=r"deferred batch 1 of the 3 waiting"):
         s.flush(before=1)
     b.advantages[6] = 0.5
-    assert s.flush(before=1) == 16 and s.inserted_from(a) == 8 and s.inserted_from(b) == 8
+    assert s.flush(before=1) == 16 and ha.n_inserted == 8 and hb.n_inserted == 8
     with pytest.raises(ValueError, match=r"behaviour_logps has shape .*deferred batch 0 of the 1 waiting"):
         s.flush()
     assert len(s.pending) == 1 and len(s.buffer) == 16

@@ -20,6 +20,7 @@ trl = pytest.importorskip("trl")
 import torch  # noqa: E402
 
 from test_trl import make_dataset, make_model, make_tokenizer, reward_fn, trl_kwargs  # noqa: E402
+from grpo_replay.integrations.trl.fresh_rows import fresh_batch  # noqa: E402
 
 # (loss_type, steps_per_generation, gradient_accumulation_steps, num_iterations, mask_truncated, max_steps, pad)
 CELLS = [
@@ -83,16 +84,17 @@ def _recording_trainer_cls():
             step = int(self.state.global_step)
             self.replay_buffer.evict(step)  # what compose_batch does first: the rows then available
             self.draws.append((step, round(RATIO * len(mask)), len(self.replay_buffer)))
+            _, nonzero_var, has_tokens = fresh_batch(self, out, rewards_per_func, step)  # the rows the trainer queues
             result = super()._replay_compose(out, rewards_per_func)
-            self._replay_pending[-1].test_ref = ref[self._replay_pending[-1].rows]
+            self._replay_handle.test_ref = ref[torch.nonzero(nonzero_var & has_tokens).flatten()]
             return result
 
         def _replay_flush(self, log, before_step=None):
-            for entry in self._replay_pending:
-                if before_step is None or entry.step < before_step:
-                    b = entry.batch
+            for handle in self.replay_session.waiting():
+                if before_step is None or int(handle.rows.birth_step[0]) < before_step:
+                    b = handle.rows
                     m = b.completion_mask.bool()
-                    assert torch.allclose(b.behaviour_logps[m], entry.test_ref[m], atol=TOL), "stored log-probs"
+                    assert torch.allclose(b.behaviour_logps[m], handle.test_ref[m], atol=TOL), "stored log-probs"
                     self.queued_checked += len(b)
             return super()._replay_flush(log, before_step)
 

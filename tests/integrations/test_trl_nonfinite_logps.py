@@ -20,9 +20,9 @@ def test_sync_trainer_leaves_rows_with_nonfinite_logps_out_of_the_buffer(tmp_pat
 
     class OneBadRow(ReplayGRPOTrainer):
         def _replay_flush(self, log, before_step=None):
-            for entry in self._replay_pending:
-                if len(entry.batch) and not entry.missing.any():
-                    entry.batch.behaviour_logps[0, 0] = -math.inf
+            for handle in self.replay_session.waiting():
+                if len(handle) and not handle.missing.any():
+                    handle.rows.behaviour_logps[0, 0] = -math.inf
             super()._replay_flush(log, before_step)
 
     t = make_trainer(tmp_path, cls=OneBadRow, max_steps=3, save_strategy="steps", save_steps=1)

@@ -26,7 +26,7 @@ def _window_trainer(out, n_prompts: int, **kw):
         def training_step(self, model, inputs, num_items_in_batch):
             out = super().training_step(model, inputs, num_items_in_batch)
             if self.accelerator.sync_gradients:
-                self.pending_at_sync.append(len(self._replay_pending))
+                self.pending_at_sync.append(len(self.replay_session.waiting()))
             return out
 
         def _load_optimizer_and_scheduler(self, checkpoint):

@@ -118,16 +118,17 @@ def test_a_saved_store_resumes_with_exactly_its_buffers_rows(tmp_path):
                       group_ids=torch.arange(n) // 4, prompt_keys=np.arange(n, dtype=np.int64),
                       birth=np.ones(n, dtype=np.int64))
     store = TQReplayStore(ReplayConfig.paper())
-    ids = np.arange(n, dtype=np.int64)
+    ids = store.defer(fresh, np.arange(n)).seqs
     store.rows.put(ids.tolist(), [verl_row(3, 4, seed=i) for i in range(n)], [{"seq_len": 7}] * n)
-    store.rows.put([n], [verl_row(3, 4, seed=n)], [{"seq_len": 7}])  # copied, never added to the buffer
-    store.next_id = n + 1
-    store.add(fresh, ids, ids)
+    store.flush()
+    late = store.defer(fresh, np.arange(1)).seqs  # copied, never added to the buffer
+    store.rows.put(late.tolist(), [verl_row(3, 4, seed=n)], [{"seq_len": 7}])
     path = str(tmp_path / "replay_buffer")
     store.save(path)
     again = TQReplayStore(ReplayConfig.paper())
     again.load(path)
-    assert again.rows.ids().tolist() == list(range(n)) and again.next_id == n  # the unadded row is dropped
+    assert again.rows.ids().tolist() == list(range(n)) and late.tolist() == [n]  # the unadded row is dropped
+    assert again.buffer.next_seq == n + 1 and not again.session.pending  # its number stays unused
     rows, tags = again.rows.get([3])
     assert same_bytes(rows[0]["old_log_probs"], verl_row(3, 4, seed=3)["old_log_probs"]) and tags == [{"seq_len": 7}]
     store.rows.drop([5])
@@ -155,3 +156,40 @@ def test_packed_rows_keep_every_dtype_and_object():
             assert np.array_equal(back[k]["grid"], row[k]["grid"]) and list(back[k]["names"]) == ["a", None]
         else:
             assert same_bytes(back[k], row[k]), k
+
+
+def test_the_row_store_drops_exactly_the_rows_the_buffer_reports_evicted():
+    """Capacity at the flush, age and max_uses at a draw, drift: each eviction path's rows leave the row store, and
+    only they (the buffer reports them; nothing is reconciled by set difference)."""
+    import numpy as np
+
+    from grpo_replay.config import ReplayConfig
+    from grpo_replay.integrations.verl.v1_store import FreshRows, TQReplayStore
+
+    def fresh(t: int, n: int = 8) -> FreshRows:
+        return FreshRows(keys=[f"u{t}x{i // 4}_{i % 4}_0" for i in range(n)], tags=[{}] * n,
+                         rewards=torch.tensor([1.0, 0, 0, 1] * (n // 4)), advantages=torch.linspace(-1, 1, n),
+                         group_ids=torch.arange(n) // 4, prompt_keys=np.arange(n, dtype=np.int64),
+                         birth=np.full(n, t, dtype=np.int64))
+
+    store = TQReplayStore(ReplayConfig(warmup_steps=0, tau_max=1, capacity=12, max_uses=1, replacement=False))
+
+    def stage(t: int) -> None:  # what copy_rows does, without TransferQueue
+        f = fresh(t)
+        ids = store.defer(f, np.arange(len(f))).seqs
+        store.rows.put(ids.tolist(), [verl_row(3, 4, seed=int(i)) for i in ids], [{"seq_len": 7}] * len(ids))
+
+    def in_step() -> bool:
+        return store.rows.ids().tolist() == sorted(store.live_ids().tolist())
+
+    stage(1)
+    assert store.flush() == 8 and in_step()
+    stage(2)
+    assert store.flush() == 8 and len(store.buffer) == 12 and in_step()  # capacity: the 4 oldest rows left
+    plan = store.compose(fresh(3), 3)  # age: rows born at 1 leave; max_uses 1: every drawn row leaves
+    assert len(plan.replay_ids) and store.buffer.total_evicted_age and store.buffer.total_evicted_uses
+    assert set(plan.replay_ids.tolist()) <= set(store.rows.ids().tolist())  # drawn rows are read before the drop
+    assert store.drop_evicted() > 0 and in_step()
+    live = store.live_ids()
+    store.session.evict_drifted(live[:1])  # drift
+    assert store.drop_evicted() == 1 and in_step() and store.drop_evicted() == 0

@@ -88,8 +88,8 @@ def run_v1(steps):
         shares.append((n_rep / (len(used) + n_rep), metrics[mn.REPLAY_SHARE], plan_of(rb)))
         keys |= set(metrics)
         rows = np.flatnonzero(plan.nonzero)  # `_stage` then `step`: the non-zero-variance rows enter after the update
-        store.add(fresh, rows, np.arange(store.buffer.next_seq, store.buffer.next_seq + len(rows)))
-        store.next_id = store.buffer.next_seq
+        store.defer(fresh, rows)
+        store.flush()
     return stored(store.buffer), shares, keys
 
 

@@ -1,8 +1,6 @@
-"""The typed records `ReplayGRPOTrainer` passes between its hooks.
+"""The typed record `ReplayGRPOTrainer` passes between its hooks (a generation's fresh rows on their way into the
+buffer are the session's `Deferred` handle).
 
-- `QueuedGeneration`: one generation's fresh rows on their way into the replay buffer. Queued when the
-  generation's batch is composed, given their behaviour log-probs by the update's forward (or a pass of their
-  own), inserted at the end of the accumulation window.
 - `LossCapture`: what `_compute_loss` hands to the forward it runs (`_get_per_token_logps_and_entropies`), and
   what that forward hands back: its detached log-probs.
 """
@@ -12,28 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
-
-from ...rollout import RolloutBatch
-
-
-@dataclass
-class QueuedGeneration:
-    batch: RolloutBatch
-    """(Q, ...) the generation's fresh non-zero-variance rows with a completion token; `behaviour_logps` (Q, C)
-    is filled in as the update measures them."""
-    rows: torch.Tensor
-    """(Q,) long: each queued row's index in TRL's batch of the generation (this process's rows)."""
-    step: int
-    """The optimizer step of the generation: the rows' birth step."""
-    aligned: bool
-    """Generation aligned with the optimizer step: TRL computed no old log-probs, so the update's own forward
-    provides the behaviour log-probs."""
-    missing: torch.Tensor
-    """(Q,) bool: rows still without their behaviour log-probs (all of them at first when `aligned`, else none)."""
-    history: Optional[dict[str, Any]] = None
-    """The generation's `replay_history` record, completed with `inserted` and `buffer_size` when it is flushed."""
-    inserted: int = 0
-    """Rows the buffer took at the flush."""
 
 
 @dataclass

@@ -49,6 +49,7 @@ from ...buffer import ReplayBuffer
 from ...config import ReplayConfig
 from ... import metric_names as mn
 from ...rollout import RolloutBatch
+from ...deferred import Deferred
 from ...session import ReplaySession
 from ...tally import KINDS, Tally
 from .batch_share import check_share
@@ -56,7 +57,7 @@ from .fresh_rows import fresh_batch
 from .merge_rows import COMPLETION_KEYS, PROMPT_KEYS, ROW_KEYS, is_row_value, merge_replay
 from .replay_fields import resolve_replay_config
 from .master_weights import check_trainer_master_weights
-from .records import LossCapture, QueuedGeneration
+from .records import LossCapture
 from .replay_forward import FORWARD_KEYS, DriftCheck, collective_logps, drift_check
 from .resume import EpochAlignedSampler, gather_over_processes, load_generation, save_generation, sum_over_processes
 
@@ -87,9 +88,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
         self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
         self._replay_rewards_per_func: Optional[torch.Tensor] = None
         self._replay_capture: Optional[LossCapture] = None  # set inside _compute_loss
-        # Fresh rows waiting for the end of their accumulation window (in the session), one entry per generation:
-        # where the update's forward writes their behaviour log-probs.
-        self._replay_pending: list[QueuedGeneration] = []
+        # The latest generation's fresh rows, waiting in the session for the end of their accumulation window: the
+        # update's forward writes their behaviour log-probs there (aligned generation).
+        self._replay_handle: Optional[Deferred] = None
         if self.replay_config.enabled and getattr(self.args, "use_liger_kernel", False):
             warnings.warn("ReplayGRPOTrainer: fresh/replay clip fractions are not logged with the Liger loss.")
 
@@ -146,19 +147,15 @@ class ReplayGRPOTrainer(GRPOTrainer):
         inputs, is_replay = ctx.inputs, ctx.is_replay
         if "old_per_token_logps" in inputs:  # TRL reads it after this forward returns
             inputs["old_per_token_logps"] = torch.where(is_replay[:, None], inputs["old_per_token_logps"], logps)
-        entry = self._replay_pending[-1] if self._replay_pending else None
-        row_id = ctx.row_id
+        handle, row_id = self._replay_handle, ctx.row_id
         take = row_id >= 0
         if not bool(take.any()):
             return
-        if entry is None or not entry.aligned:
+        if handle is None or handle.waiting < len(handle):
             raise RuntimeError(
                 "ReplayGRPOTrainer: a batch carries queued-row ids but no generation is waiting for them"
             )
-        ids = row_id[take].cpu()
-        stored = entry.batch.behaviour_logps
-        stored[ids] = logps[take][:, : stored.shape[1]].float().cpu()
-        entry.missing[ids] = False
+        handle.fill(row_id[take], logps[take])
 
     def training_step(self, model, inputs, num_items_in_batch):
         out = super().training_step(model, inputs, num_items_in_batch)
@@ -198,7 +195,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             )
             return
         self.replay_session.load(path)
-        self._replay_pending = []
+        self._replay_handle = None
 
     # --- the replay step --------------------------------------------------------------------------------
     def _replay_compose(self, out: dict[str, Any], rewards_per_func: torch.Tensor) -> dict[str, Any]:
@@ -235,8 +232,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
         # Algorithm 1 step 7: this step's fresh non-zero-variance rows join the buffer after the draw; a row whose
         # completion mask is empty (mask_truncated_completions) would train on nothing and is never stored.
         queued = torch.nonzero(nonzero_var & has_tokens).flatten()
-        entry = QueuedGeneration(fresh.select(queued), queued, step, aligned,
-                                 missing=torch.full((len(queued),), aligned, dtype=torch.bool))
+        handle = self.replay_session.defer(fresh.select(queued), missing_logps=aligned)
+        self._replay_handle = handle
         row_id = torch.full((n,), -1, dtype=torch.long)
         row_id[queued] = torch.arange(len(queued))
         if aligned:
@@ -244,11 +241,9 @@ class ReplayGRPOTrainer(GRPOTrainer):
             left_out[kept] = False
             left_out &= row_id >= 0
             # Displaced by pool composition or left out by the fit: not in the update, so a pass of their own.
-            self._replay_displaced_logps(out, entry, row_id, torch.nonzero(left_out).flatten())
+            self._replay_displaced_logps(out, handle, row_id, torch.nonzero(left_out).flatten())
             if n_replay:  # placeholders for the fresh rows, replaced by the update's own detached log-probs
                 out["old_per_token_logps"] = torch.zeros(out["completion_mask"].shape, device=device)
-        self._replay_pending.append(entry)
-        self.replay_session.defer(entry.batch)
 
         if n_replay or len(kept) != n:
             out = merge_replay(self, out, kept, replay)
@@ -259,26 +254,18 @@ class ReplayGRPOTrainer(GRPOTrainer):
             out[ROW_ID_KEY] = torch.cat([row_id[kept], torch.full((n_replay,), -1, dtype=torch.long)]).to(device)
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        entry.history = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()), drift)
+        handle.note = self._replay_log_step(composed, step, len(queued), n, int(nonzero_var.sum()), drift)
         return out
 
     def _replay_flush(self, log: bool, before_step: Optional[int] = None) -> None:
-        """Insert the queued fresh rows (those born before `before_step`, default all) into the buffer. With
-        `log`, every process must call it at the same point: the logged counts are gathered."""
-        due = [e for e in self._replay_pending if before_step is None or e.step < before_step]
-        for entry in due:
-            if bool(entry.missing.any()):
-                raise RuntimeError(
-                    f"ReplayGRPOTrainer: {int(entry.missing.sum())} queued rows of step {entry.step} never went "
-                    "through the update, so they have no behaviour log-probs"
-                )
+        """Insert the queued fresh rows (those born before `before_step`, default all) into the buffer: the
+        session refuses rows the update never gave behaviour log-probs (ValueError). With `log`, every process must
+        call it at the same point: the logged counts are gathered."""
         inserted = self.replay_session.flush(before=before_step)  # rows with NaN/inf log-probs stay out, counted
         skipped = self.replay_session.take_skipped_nonfinite()
-        self._replay_pending = [e for e in self._replay_pending if not (before_step is None or e.step < before_step)]
-        for entry in due:
-            entry.inserted = self.replay_session.inserted_from(entry.batch)
-            if entry.history is not None:
-                entry.history.update(inserted=entry.inserted, buffer_size=len(self.replay_buffer))
+        for handle in self.replay_session.flushed:
+            if handle.note is not None:  # the generation's replay_history record
+                handle.note.update(inserted=handle.n_inserted, buffer_size=len(self.replay_buffer))
         if log:
             tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer),
                                                         "skipped": skipped})
@@ -288,14 +275,13 @@ class ReplayGRPOTrainer(GRPOTrainer):
             if tot["skipped"]:
                 metrics[mn.BUFFER_SKIPPED_NONFINITE].append(tot["skipped"])
 
-    def _replay_displaced_logps(self, out: dict[str, Any], entry: QueuedGeneration, row_id: torch.Tensor,
+    def _replay_displaced_logps(self, out: dict[str, Any], handle: Deferred, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
-        """Behaviour log-probs of this process's displaced queued `rows`, into the queued batch."""
+        """Behaviour log-probs of this process's displaced queued `rows`, into their deferred batch."""
         logps = collective_logps(self, {k: out[k][rows.to(out[k].device)] for k in FORWARD_KEYS})
         if logps is None:
             return
-        entry.batch.behaviour_logps[row_id[rows]] = logps.float().cpu()
-        entry.missing[row_id[rows]] = False
+        handle.fill(row_id[rows], logps)
 
     # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
     def _replay_log_step(self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int,

@@ -12,8 +12,9 @@
   verl added before the old log-probs (tag `is_padding`, `response_mask` 0) are filler like zero-variance rows:
   used to reach that multiple, never stored. The real fresh rows are then kept in the row store. It returns
   verl's fresh batch: `fit()` clears exactly the keys it sampled.
-- `step`: the copied rows enter the buffer after the global step's last local update (separate_async runs
-  `parameter_sync_step` of them per version), so no row is replayed within the version that trained it fresh.
+- `step`: the copied rows (deferred in the session at the copy) enter the buffer after the global step's last local
+  update (separate_async runs `parameter_sync_step` of them per version), so no row is replayed within the version
+  that trained it fresh.
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
 - `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and the stored rows (the row store's file) are
   written to `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is
@@ -72,7 +73,6 @@ class ReplayV1Mixin:
                                           engine_age_bound=bound)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
-        self._pending: list[tuple] = []  # rows copied this global step, entered into the buffer at its end
         super().__init__(config)
 
     # --- Algorithm 1 between advantages and the actor update ------------------------------------------
@@ -82,7 +82,6 @@ class ReplayV1Mixin:
         # verl's synthetic padding rows (response_mask 0, tag is_padding): spare rows after the zero-variance ones
         pad_keys = [k for k, t in zip(batch.keys, batch.tags) if t.get("is_padding", False)]
         pad_tags = [t for t in batch.tags if t.get("is_padding", False)]
-        before = store.live_ids()
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor_cfg = self.config.actor_rollout_ref.actor
         mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
@@ -102,7 +101,7 @@ class ReplayV1Mixin:
             replay_keys, replay_tags, fields = store.put_replay(tq, plan.replay_ids[:n_rep], pid)
             # rows this draw evicted (age, capacity, replay.max_uses) leave the row store; those replayed now are
             # in TransferQueue for this update
-            store.clear_evicted(before)
+            store.drop_evicted()
             drift = self._drift_bound(batch, replay_keys, replay_tags, plan.replay_ids[:n_rep], fields)
             composed = self._composed_meta(batch, fresh, used, replay_keys, replay_tags, fields, pad_keys, pad_tags)
             replay_tokens = sum(int(t.get("seq_len", 0)) for t in replay_tags)
@@ -157,24 +156,19 @@ class ReplayV1Mixin:
             tq.kv_batch_put(keys=gone, partition_id=pid, fields=list_of_dict_to_tensordict(rows))
             seqs = np.unique(np.asarray(ids)[dropped.numpy()])
             store.session.evict_drifted(seqs)
-            store.clear_evicted(seqs)  # their stored rows leave the row store too
+            store.drop_evicted()  # their stored rows leave the row store too
         return drift, dropped
 
     def _stage(self, fresh, rows: np.ndarray, pid: str) -> int:
-        """Keep the rows in the row store now (fit() clears the fresh keys after the step); `step` adds them."""
-        rows, ids = self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps))
-        self._pending.append((fresh, rows, ids))
-        return len(ids)
+        """Keep the rows in the row store now (fit() clears the fresh keys after the step), deferred in the
+        session; `step` flushes them into the buffer."""
+        return len(self.replay_store.copy_rows(tq, fresh, rows, pid, int(self.global_steps)))
 
     def step(self, metrics: dict, timing_raw: dict):
         # Algorithm 1 step 7 once per global step, after every local update of it: in separate_async one version
         # spans several `_update_actor` calls, and a row is replayed only from the next version on (age >= 1).
         batch = super().step(metrics, timing_raw)
-        store, pending, self._pending = self.replay_store, self._pending, []
-        for fresh, rows, ids in pending:
-            before = store.live_ids()
-            store.add(fresh, rows, ids)
-            store.clear_evicted(np.union1d(before, ids))
+        self.replay_store.flush()  # the rows it evicts (capacity) leave the row store
         return batch
 
     def _dp_size(self) -> int:

@@ -6,11 +6,12 @@ from TransferQueue and kept in a `RowStore` (row_store.py: a Ray actor of its ow
 needs (KEPT_TAGS). The core `ReplayBuffer` holds each stored row payload-free (no token ids or log-probs: zero
 width), with only the scalar columns it evicts and samples on (birth, advantage, reward, group std, group and prompt
 keys, weight). A stored row's id is the buffer's own insertion number of the row (`ReplayBuffer.keys`; every
-draw returns it as `buffer_seq`): ids are handed out at the copy in the order the rows enter the buffer, so the
-n-th row ever added has id n. A replayed row is rebuilt bit for bit and put into the training partition under the
-key `grpo-replay-<id>` for the one update that reads it, then cleared: between updates no stored row is in
-TransferQueue, so verl's sampler (which lists every key of every partition on each poll) and verl's own
-TransferQueue checkpoints never hold one.
+draw returns it as `buffer_seq`): the rows are deferred in the session when they are copied, which hands out their
+numbers then (`ReplaySession.defer`), and enter the buffer at the global step's end (`flush`); a row the buffer
+evicts, by any path, leaves the row store by its number (`ReplayBuffer.take_evicted`). A replayed row is rebuilt
+bit for bit and put into the training partition under the key `grpo-replay-<id>` for the one update that reads it,
+then cleared: between updates no stored row is in TransferQueue, so verl's sampler (which lists every key of every
+partition on each poll) and verl's own TransferQueue checkpoints never hold one.
 
 The key has no "_": verl's samplers group trajectory keys by `key.split("_")[0]`, the prompt uid, and sample only
 groups whose prompt tag is terminal, so a replay row is never handed out as a fresh one.
@@ -27,6 +28,7 @@ import torch
 from ...advantage import group_advantages, nonzero_variance_mask
 from ...buffer import ReplayBuffer
 from ...config import ReplayConfig
+from ...deferred import Deferred
 from ...rollout import RolloutBatch
 from ...session import ReplaySession
 from ...step_plan import StepPlan
@@ -186,9 +188,9 @@ class TQReplayStore:
         self.settings = settings or VerlReplaySettings()
         check_options(self.config, self.settings)
         # ages in versions, bounded by min(tau_max, verl's max_off_policy_threshold - 1) in the async modes
-        self.session = ReplaySession(self.config, seed=self.settings.seed, engine_age_bound=engine_age_bound)
+        self.session = ReplaySession(self.config, seed=self.settings.seed, engine_age_bound=engine_age_bound,
+                                     report_evictions=True)
         self.rows = rows if rows is not None else RowStore()
-        self.next_id = 0  # id of the next copied row: buffer.next_seq + rows copied and not yet added
 
     @property
     def buffer(self) -> ReplayBuffer:
@@ -222,40 +224,42 @@ class TQReplayStore:
             plan=plan,
         )
 
-    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str,
-                  step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Keep fresh rows `rows` in the row store (every field the actor update reads, compact; of their tags
-        KEPT_TAGS, plus STORE_TAG); returns (rows in the order `add` enters them: by birth step, stable; their ids).
-        They must be copied before `fit()` clears the fresh keys; `add` enters them into the buffer."""
+    def defer(self, fresh: FreshRows, rows: np.ndarray) -> Deferred:
+        """Algorithm 1 step 7's first half: fresh rows `rows` wait in the session (by birth step, stable), their
+        insertion numbers (`handle.seqs`, the row store's ids) handed out now; `flush` enters them."""
         rows = np.asarray(rows, dtype=np.int64)
         rows = rows[np.argsort(fresh.birth[rows], kind="stable")]
-        ids = np.arange(self.next_id, self.next_id + len(rows), dtype=np.int64)
+        return self.session.defer(payload_free_batch(fresh, rows), prompt_keys=fresh.prompt_keys[rows])
+
+    def copy_rows(self, tq, fresh: FreshRows, rows: np.ndarray, partition_id: str, step: int) -> Deferred:
+        """Keep fresh rows `rows` in the row store (every field the actor update reads, compact; of their tags
+        KEPT_TAGS, plus STORE_TAG), each under the insertion number `defer` gives it; returns their handle. They
+        must be copied before `fit()` clears the fresh keys; `flush` enters them into the buffer."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[np.argsort(fresh.birth[rows], kind="stable")]
         if not len(rows):
-            return rows, ids
+            return self.defer(fresh, rows)
         src = [fresh.keys[i] for i in rows]
         data = tq.kv_batch_get(keys=src, partition_id=partition_id)
         values = [{k: v for k, v in r.items() if kept_field(k, v)} for r in unbind_rows(data, len(src))]
+        handle = self.defer(fresh, rows)
         tags = [
             {**{k: fresh.tags[i][k] for k in KEPT_TAGS if k in fresh.tags[i]},
              STORE_TAG: {"id": int(j), "of": fresh.keys[i], "birth": int(fresh.birth[i]), "step": int(step)}}
-            for i, j in zip(rows, ids)
+            for i, j in zip(rows, handle.seqs)
         ]
-        self.rows.put(ids.tolist(), values, tags)
-        self.next_id += len(rows)
-        return rows, ids
+        self.rows.put(handle.seqs.tolist(), values, tags)
+        return handle
 
-    def add(self, fresh: FreshRows, rows: np.ndarray, ids: np.ndarray) -> int:
-        """Algorithm 1 step 7 for rows `copy_rows` returned, in its order (by birth step, stable): one buffer add,
-        each row with its own birth step, so the buffer numbers them with their ids."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
-            return 0
-        if self.buffer.next_seq != int(ids[0]):
-            raise RuntimeError(
-                f"stored row {int(ids[0])} would be the buffer's row {self.buffer.next_seq}: add the rows of each "
-                "copy_rows call once, in the order the calls were made")
-        self.session.defer(payload_free_batch(fresh, rows), prompt_keys=fresh.prompt_keys[rows])
-        return self.session.flush()
+    def flush(self) -> int:
+        """Algorithm 1 step 7's second half: every waiting row enters the buffer (one add, birth order); the rows
+        it left out or evicted leave the row store. Returns rows inserted."""
+        n = self.session.flush()
+        skipped = [d.skipped for d in self.session.flushed if len(d.skipped)]
+        if skipped:
+            self.rows.drop(np.concatenate(skipped).tolist())
+        self.drop_evicted()
+        return n
 
     def put_replay(self, tq, ids: np.ndarray, partition_id: str) -> tuple[list[str], list[dict], list[str]]:
         """Rebuild stored rows `ids` (in draw order; a draw with replacement may repeat one) and put each once into
@@ -288,9 +292,10 @@ class TQReplayStore:
         if keys:
             tq.kv_clear(keys=list(dict.fromkeys(keys)), partition_id=partition_id)
 
-    def clear_evicted(self, before: np.ndarray) -> int:
-        """Drop from the row store the rows the buffer no longer holds (age, capacity or max_uses eviction)."""
-        gone = np.setdiff1d(before, self.live_ids())
+    def drop_evicted(self) -> int:
+        """Drop from the row store the rows the buffer evicted since the last call, by any path (age, capacity,
+        max_uses, drift: `ReplayBuffer.take_evicted`)."""
+        gone = self.buffer.take_evicted()
         return self.rows.drop(gone.tolist()) if len(gone) else 0
 
     # --- persistence: the buffer (scalars) and the row store, each in its own file -----------------------
@@ -301,20 +306,20 @@ class TQReplayStore:
             json.dump({"key_prefix": KEY_PREFIX, "id": ID_KIND, "rows": ROWS_KIND}, f)
 
     def load(self, path: str) -> None:
-        """Restore the buffer and its rows; a row copied but not yet added when `path` was saved is not in the
-        buffer and is dropped, so ids continue from the buffer's count."""
+        """Restore the buffer (the session's `load`) and its rows; a row copied but not yet added when `path` was
+        saved is not in the buffer and is dropped (its number stays unused: ids continue from the buffer's
+        `next_seq`)."""
         problem = saved_layout_problem(path)
         if problem:
             raise ValueError(problem)
-        buffer = ReplayBuffer.load(path, self.buffer.config)
+        self.session.load(path)
         self.rows.load(path + ".rows.pt")
-        live = buffer.keys()[0]
+        live = self.buffer.keys()[0]
         missing = np.setdiff1d(live, self.rows.ids())
         if len(missing):
             raise FileNotFoundError(f"{path}.rows.pt: stored rows {missing[:3].tolist()} ({len(missing)}) of the "
                                     "buffer are not in it")
         self.rows.keep_only(live.tolist())
-        self.session.buffer, self.session.pending, self.next_id = buffer, [], buffer.next_seq
 
     def files(self, path: str) -> list[str]:
         return [path + s for s in SUFFIXES]
