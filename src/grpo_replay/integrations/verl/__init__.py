@@ -18,7 +18,7 @@ The trainers and runners are imported lazily (they need the `verl-core` extra: R
 settings and the legacy hook import with a bare `pip install verl`.
 """
 from ._compat import INSTALL_HINT, VERL_VERSION
-from .rows import prompt_key
+from ...adapter_rows import prompt_key
 from .settings import VerlReplaySettings, split_config
 from .legacy.hook import ReplayHook, ReplayPlan, to_dataproto, to_rollout_batch
 

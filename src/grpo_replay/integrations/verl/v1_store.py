@@ -32,7 +32,7 @@ from ...session import ReplaySession
 from ...step_plan import StepPlan
 from .row_codec import unbind_rows
 from .row_store import RowStore
-from .rows import prompt_key, row_advantages
+from ...adapter_rows import prompt_key, row_advantages
 from .settings import VerlReplaySettings, check_options
 
 KEY_PREFIX = "grpo-replay-"

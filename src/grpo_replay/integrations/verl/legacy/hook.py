@@ -43,7 +43,7 @@ from ....rollout import RolloutBatch
 from ....session import ReplaySession
 from ....tally import Tally
 from .._compat import DataProto
-from ..rows import prompt_key, row_advantages
+from ....adapter_rows import prompt_key, row_advantages
 from ..settings import VerlReplaySettings, check_options, split_config
 from ..sizing import batch_unit
 from .uids import adjacent_uid_order, split_uid_runs
