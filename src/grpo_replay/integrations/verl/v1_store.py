@@ -319,6 +319,10 @@ class TQReplayStore:
     def files(self, path: str) -> list[str]:
         return [path + s for s in SUFFIXES]
 
+    @staticmethod
+    def saved_layout_problem(path: str) -> Optional[str]:
+        return saved_layout_problem(path)
+
 
 SUFFIXES = (".json", ".npz", ".store.json", ".rows.pt")
 
