@@ -6,7 +6,7 @@ Three overrides, nothing copied from verl:
   PPO mini-batch is scaled for this one call so the optimizer-step count is unchanged.
 - `_save_checkpoint()` / `_load_checkpoint()`: the buffer is written to / read from
   `<default_local_dir>/global_step_<t>/replay_buffer.{npz,json}` beside verl's `actor/` and `data.pt`, and pruned
-  with verl's actor checkpoints (checkpoints.py: the v1 trainer's save, load and prune).
+  with verl's actor checkpoints by the same save, load and prune as the v1 trainer's (checkpoints.py).
 
 This is the legacy trainer (`trainer.use_v1=false`), which verl 0.9.1 still ships; verl's default v1 trainer,
 whose rows move through TransferQueue, has its own integration in trainer_v1.py (its stored rows live in a row
