@@ -25,7 +25,7 @@ from v1_setup import RATIO, by_step, empty_tq, replay_cls, tq_cluster, v1_config
 from grpo_replay import estimate  # noqa: E402
 from grpo_replay.integrations.verl.estimators import NOT_IN_V1, OUTCOME, TOKEN_LEVEL, check_estimator  # noqa: E402
 from grpo_replay.integrations.verl.legacy.checks import check_config as check_legacy  # noqa: E402
-from grpo_replay.integrations.verl.rows import row_advantages  # noqa: E402
+from grpo_replay.adapter_rows import row_advantages  # noqa: E402
 from grpo_replay.integrations.verl.v1_checks import check_config  # noqa: E402
 from grpo_replay.integrations.verl.v1_store import STORE_TAG, is_store_key  # noqa: E402
 

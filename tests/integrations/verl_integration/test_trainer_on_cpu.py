@@ -177,6 +177,36 @@ def test_checkpoint_saves_and_restores_buffer(tmp_path):
     assert ta.meta_info["metrics"]["replay/count"] == tb.meta_info["metrics"]["replay/count"]
 
 
+def test_deprecated_remove_previous_ckpt_in_save_prunes_buffers_as_verl_prunes_the_actor(tmp_path):
+    t = make_trainer(verl_config(tmp_path, "+trainer.remove_previous_ckpt_in_save=true"))
+    for step in (1, 2):
+        t.global_steps = step
+        t._update_actor(make_batch(step))
+        t._save_checkpoint()
+    root = tmp_path / "ckpt"
+    assert (root / "global_step_2" / f"{BUFFER_NAME}.json").exists()
+    assert not (root / "global_step_1" / f"{BUFFER_NAME}.json").exists()  # verl keeps one actor checkpoint
+
+
+def test_a_failed_verl_save_leaves_the_last_complete_checkpoints_buffer(tmp_path):
+    t = make_trainer(verl_config(tmp_path, "trainer.max_actor_ckpt_to_keep=1"))
+    t.global_steps = 1
+    t._update_actor(make_batch(1))
+    t._save_checkpoint()
+
+    def fails(*a, **k):
+        raise OSError("disk full")
+
+    t.global_steps = 2
+    t._update_actor(make_batch(2))
+    t.actor_rollout_wg.save_checkpoint = fails
+    with pytest.raises(OSError, match="disk full"):
+        t._save_checkpoint()
+    # latest_checkpointed_iteration.txt still says 1: its buffer must still be there to resume
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "1"
+    assert (tmp_path / "ckpt" / "global_step_1" / f"{BUFFER_NAME}.npz").exists()
+
+
 def test_resume_path_and_disabled_resume(tmp_path):
     cfg = verl_config(tmp_path)
     t = make_trainer(cfg)

@@ -144,9 +144,15 @@ def test_v1_grpo_preset_trains_as_plain_verl(tq_cluster, tmp_path, mode):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", MODES)
-def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mode):
+def test_v1_checkpoint_resume_continues_the_same_draws(tq_cluster, tmp_path, mode, monkeypatch):
+    from grpo_replay.config import ReplayConfig
+
     empty_tq()
+    resolved, real = [], ReplayConfig.from_preset  # each resolution of the replay group builds one
+    monkeypatch.setattr(ReplayConfig, "from_preset", classmethod(lambda cls, *a, **k: resolved.append(a) or real(*a, **k)))
     full = run_fit(replay_cls(mode), v1_config(tmp_path, mode, *RATIO))
+    assert len(resolved) == 1  # when the trainer was built: no step resolves the settings again
+    monkeypatch.undo()
     folder = tmp_path / "ckpt" / "global_step_3"
     assert (folder / "replay_buffer.npz").exists() and (folder / "replay_buffer.rows.pt").exists()
     keep = tmp_path / "copy" / "global_step_3"

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from ...adapter_rows import token_rows
 from ...rollout import RolloutBatch, cat_padded
-from .replay_forward import token_rows
 
 # Keys of TRL's batch dict this integration knows how to extend with replay rows.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")

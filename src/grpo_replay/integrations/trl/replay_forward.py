@@ -13,10 +13,11 @@ from typing import Any, NamedTuple, Optional
 import torch
 from trl.models.utils import disable_gradient_checkpointing
 
+from ...adapter_rows import TOKEN_KEYS, token_rows
 from ...loss import replay_drift
 from ...rollout import RolloutBatch
 
-FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what a forward over rows reads
+FORWARD_KEYS = TOKEN_KEYS  # what a forward over rows reads (TRL names them as the core does)
 
 
 class DriftCheck(NamedTuple):
@@ -25,20 +26,6 @@ class DriftCheck(NamedTuple):
     replay: RolloutBatch
     drift: torch.Tensor  # (R,) float
     dropped: torch.Tensor  # (R,) bool
-
-
-def token_rows(rep: RolloutBatch, pad_id: Optional[int]) -> dict[str, torch.Tensor]:
-    """Replay rows as TRL's token keys (FORWARD_KEYS): the completion mask is the attention over each row's length
-    (the loss mask, when it differs, travels as `tool_mask`); padding positions hold the pad id."""
-    pad_id = 0 if pad_id is None else pad_id
-    C = rep.completion_ids.shape[1]
-    attention = (torch.arange(C, device=rep.completion_ids.device)[None, :] < rep.completion_lengths()[:, None]).long()
-    return {
-        "prompt_ids": torch.where(rep.prompt_mask.bool(), rep.prompt_ids.long(), pad_id),
-        "prompt_mask": rep.prompt_mask.long(),
-        "completion_ids": torch.where(attention.bool(), rep.completion_ids.long(), pad_id),
-        "completion_mask": attention,
-    }
 
 
 def collective_logps(trainer, rows: dict[str, torch.Tensor]) -> Optional[torch.Tensor]:

@@ -1,8 +1,11 @@
-"""Where the replay state sits in verl's checkpoint folders, for both trainers.
+"""The replay state in verl's checkpoint folders: one save, load and prune for both trainers.
 
 verl writes `<trainer.default_local_dir>/global_step_<t>/` (actor/, data.pt, ...) and then
-`latest_checkpointed_iteration.txt`; the buffer is saved beside them as `replay_buffer.*`, before verl's own
-save, so the iteration file never points at a folder without a buffer.
+`latest_checkpointed_iteration.txt`; the replay state is saved beside them as `replay_buffer.*`, before verl's own
+save, so the iteration file never points at a folder without a buffer, and once verl's checkpoint is complete the
+step folders whose actor checkpoint verl prunes lose theirs (`save_replay`). `load_replay` restores it from the
+folder verl resumed from. The state is the legacy trainer's `ReplayHook` (the buffer: `.json`, `.npz`) or v1's
+`TQReplayStore` (the buffer and the row store's file): `ReplayState` is what both offer.
 """
 from __future__ import annotations
 
@@ -10,10 +13,78 @@ import contextlib
 import glob
 import logging
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 logger = logging.getLogger(__name__)
 BUFFER_NAME = "replay_buffer"
+T = TypeVar("T")
+
+
+class ReplayState(Protocol):
+    """What a trainer's replay state offers its checkpoints (`ReplayHook`, `TQReplayStore`)."""
+
+    settings: Any  # VerlReplaySettings: `allow_empty_resume`
+    buffer: Any  # the ReplayBuffer, for its length in the log
+
+    def save(self, path: str) -> None: ...
+    def load(self, path: str) -> None: ...
+    def files(self, path: str) -> list[str]:
+        """Every file `save(path)` writes (`path` + a suffix each)."""
+    def saved_layout_problem(self, path: str) -> Optional[str]:
+        """Why the files at `path` cannot be resumed by this version (None: they can, or are missing)."""
+
+
+def save_replay(state: ReplayState, config: Any, global_steps: int, verl_save: Callable[[], T]) -> T:
+    """A trainer's `_save_checkpoint`: the replay state into `global_step_<global_steps>/`, then verl's own save
+    (`verl_save()`, returned), then `prune_replay` down to the step folders verl keeps an actor checkpoint in."""
+    folder = step_folder(config.trainer.default_local_dir, global_steps)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, BUFFER_NAME)
+    state.save(path)
+    logger.info("replay buffer (%d rollouts) saved to %s.*", len(state.buffer), path)
+    out = verl_save()
+    prune_replay(state, config.trainer.default_local_dir, actor_ckpt_to_keep(config))
+    return out
+
+
+def load_replay(state: ReplayState, config: Any, global_steps: int) -> bool:
+    """A trainer's `_load_checkpoint`, after verl's: restore the replay state from the folder verl resumed from
+    (`resume_folder`). False when it did not resume, or, with `replay.allow_empty_resume=true`, when the folder's
+    replay files are missing or of a layout this version cannot read (the state stays empty); otherwise those are
+    an error naming the files (FileNotFoundError, ValueError)."""
+    folder = resume_folder(config, global_steps)
+    if folder is None:
+        return False
+    path = os.path.join(folder, BUFFER_NAME)
+    allow_empty = state.settings.allow_empty_resume
+    problem = state.saved_layout_problem(path)
+    if problem and not allow_empty:
+        raise ValueError(problem)
+    if problem:
+        logger.warning("%s: resuming with an empty buffer (replay.allow_empty_resume)", problem)
+        return False
+    if not resume_files_present(folder, state.files(path), allow_empty):
+        return False
+    state.load(path)
+    logger.info("replay buffer (%d rollouts) loaded from %s", len(state.buffer), path)
+    return True
+
+
+def prune_replay(state: ReplayState, default_local_dir: str, keep: Optional[int]) -> None:
+    """Drop the replay files from every global_step folder but the newest `keep` (`stale_buffer_folders`): those
+    whose actor checkpoint verl prunes, where no resume can start."""
+    for folder in stale_buffer_folders(default_local_dir, keep):
+        for p in state.files(os.path.join(folder, BUFFER_NAME)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+
+
+def actor_ckpt_to_keep(config: Any) -> Optional[int]:
+    """How many actor checkpoints verl keeps, read as both its trainers read it: `remove_previous_ckpt_in_save`
+    (deprecated) means 1, else `max_actor_ckpt_to_keep` (None: all)."""
+    if config.trainer.get("remove_previous_ckpt_in_save", False):
+        return 1
+    return config.trainer.get("max_actor_ckpt_to_keep", None)
 
 
 def _abs(path: str) -> str:
@@ -59,10 +130,3 @@ def resume_files_present(folder: str, need: Sequence[str], allow_empty_resume: b
         )
     logger.warning("no replay buffer at %s: resuming with an empty buffer (replay.allow_empty_resume)", missing)
     return False
-
-
-def remove_buffer_files(folder: str, suffixes: Sequence[str]) -> None:
-    """Delete `<folder>/replay_buffer<suffix>` for each suffix (absent ones are fine)."""
-    for suffix in suffixes:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(folder, BUFFER_NAME + suffix))

@@ -8,7 +8,7 @@ with: those that give one advantage per rollout, which a stored row keeps (froze
 - NOT_IN_V1: gdpo reads per-dimension reward components that verl 0.9.1's v1 `_compute_advantage` does not fetch
   (it selects uid, masks, scores and log-probs only), so it cannot run there with or without replay.
 A name verl registers that is in none of them (a user's own estimator) is accepted; the first update refuses it
-if its advantages vary over a row's response tokens (`rows.row_advantages`).
+if its advantages vary over a row's response tokens (`adapter_rows.row_advantages` in the core).
 """
 from __future__ import annotations
 

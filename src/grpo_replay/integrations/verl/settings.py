@@ -1,10 +1,12 @@
 """The verl `replay` group as the core's `ReplayConfig` plus the integration's own `VerlReplaySettings`.
 
-Both trainers (v1 and legacy) read the group through `split_config`; the Hydra files in config/replay/ are
-generated from these two dataclasses (replay_group.py).
+Both trainers (v1 and legacy) resolve the group once, when they are built (`resolve_replay`, through
+`split_config`), and read the result at every step; the Hydra files in config/replay/ are generated from these two
+dataclasses (replay_group.py).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -12,6 +14,8 @@ from omegaconf import OmegaConf
 
 from ...config import ReplayConfig, refuse_options
 from ...validation import bad as bad_field
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,15 @@ def split_config(cfg: Optional[dict[str, Any]]) -> tuple[ReplayConfig, VerlRepla
     settings = VerlReplaySettings(**{k: v for k, v in cfg.items() if k in SETTINGS_FIELDS})
     check_options(config, settings)
     return config, settings
+
+
+def resolve_replay(config: Any) -> tuple[ReplayConfig, VerlReplaySettings]:
+    """The `replay` group of a verl config as (ReplayConfig, VerlReplaySettings) (`split_config`): what a trainer
+    reads at construction and keeps. Without a `replay` node, the paper preset (with a warning)."""
+    cfg = replay_dict(config)
+    if cfg is None:
+        logger.warning("no `replay` config node: using the paper preset (ReplayConfig.paper())")
+    return split_config(cfg)
 
 
 def check_options(config: ReplayConfig, settings: VerlReplaySettings, legacy: bool = False) -> None:

@@ -18,7 +18,8 @@
 - `_compute_metrics`: replayed tokens are counted in `perf/total_num_tokens` and `perf/throughput`.
 - `_save_checkpoint` / `_load_checkpoint`: the buffer (scalars) and the stored rows (the row store's file) are
   written to `global_step_<t>/` before verl writes `latest_checkpointed_iteration.txt`; once that checkpoint is
-  complete, step folders verl no longer keeps an actor checkpoint for lose them (`prune_store`).
+  complete, step folders verl no longer keeps an actor checkpoint for lose them (checkpoints.py, as on the legacy
+  trainer).
 
 Age is counted in policy versions: a row's birth is the oldest weight version that generated it
 (`min_global_steps` tag) + 1, so age = global step - birth = how many versions the trained policy is past it;
@@ -27,7 +28,6 @@ fresh rows have age 0 in sync mode and `tau_max` bounds replay rows to ages 1..t
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 import torch
@@ -36,12 +36,11 @@ from ... import metric_names as mn
 from ...loss import token_drift
 from ...session import over_drift_bound
 from ...tally import Tally
-from .checkpoints import (BUFFER_NAME, remove_buffer_files, resume_files_present, resume_folder, stale_buffer_folders,
-                          step_folder)
-from .sizing import batch_unit, micro_batch_rows, mini_batch_scaled
+from .checkpoints import load_replay, resume_folder, save_replay
+from .sizing import batch_unit, mini_batch_scaled, scaled_mini_batch, verl_mini_batch
 from .v1_checks import check_config, replay_settings
 from .row_store import RowStore, remote_row_store
-from .v1_store import READ_FIELDS, SUFFIXES, TQReplayStore, is_store_key, read_fresh, saved_layout_problem
+from .v1_store import READ_FIELDS, TQReplayStore, is_store_key, read_fresh
 
 try:
     import transfer_queue as tq
@@ -65,12 +64,14 @@ class ReplayV1Mixin:
         mode = config.trainer.v1.trainer_mode
         if mode not in REPLAY_CLASSES:
             replay_trainer_cls(mode)  # raises, naming the field and the allowed modes
-        check_config(config)
-        cfg, settings, bound, note = replay_settings(config)
-        logger.info(note)
+        resolved = replay_settings(config)  # once: the store keeps them for every step
+        check_config(config, resolved)
+        logger.info(resolved.note)
         # the stored rows in an actor of their own (replay off: none is ever stored)
-        self.replay_store = TQReplayStore(cfg, settings, rows=remote_row_store() if cfg.enabled else RowStore(),
-                                          engine_age_bound=bound)
+        enabled = resolved.config.enabled
+        self.replay_store = TQReplayStore(resolved.config, resolved.settings,
+                                          rows=remote_row_store() if enabled else RowStore(),
+                                          engine_age_bound=resolved.bound)
         self.replay_metrics: dict[str, float] = {}
         self._replay_tokens = 0
         super().__init__(config)
@@ -82,11 +83,9 @@ class ReplayV1Mixin:
         # verl's synthetic padding rows (response_mask 0, tag is_padding): spare rows after the zero-variance ones
         pad_keys = [k for k, t in zip(batch.keys, batch.tags) if t.get("is_padding", False)]
         pad_tags = [t for t in batch.tags if t.get("is_padding", False)]
-        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        actor_cfg = self.config.actor_rollout_ref.actor
-        mb = int(actor_cfg.ppo_mini_batch_size) * rollout_n
-        k_steps, unit = batch_unit(len(batch), mb, self._dp_size(), micro_batch_rows(actor_cfg), rollout_n,
-                                   store.settings.keep_optimizer_steps)
+        mb, rollout_n, micro = verl_mini_batch(self.config)
+        keep_steps = store.settings.keep_optimizer_steps
+        k_steps, unit = batch_unit(len(batch), mb, self._dp_size(), micro, rollout_n, keep_steps)
         n = len(fresh)
         # composed and fitted to verl's unit by the core (step_plan): spare rows are the zero-variance rows left
         # out, then verl's padding rows
@@ -106,8 +105,8 @@ class ReplayV1Mixin:
             composed = self._composed_meta(batch, fresh, used, replay_keys, replay_tags, fields, pad_keys, pad_tags)
             replay_tokens = sum(int(t.get("seq_len", 0)) for t in replay_tags)
             self._replay_tokens += replay_tokens  # per global step: separate_async calls this once per local update
-            mb_rows = len(composed) // k_steps if store.settings.keep_optimizer_steps else mb
-            with mini_batch_scaled(actor_cfg, mb_rows // rollout_n):
+            mb_rows = scaled_mini_batch(len(composed), k_steps, mb, keep_steps)[0]
+            with mini_batch_scaled(self.config, mb_rows):
                 changed = n_rep > 0 or len(used) != len(batch)
                 if store.settings.rebalance and self.config.trainer.balance_batch and changed:
                     composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
@@ -229,18 +228,14 @@ class ReplayV1Mixin:
 
     # --- the buffer travels with verl's checkpoints -------------------------------------------------------
     def _save_checkpoint(self):
-        folder = step_folder(self.config.trainer.default_local_dir, self.global_steps)
-        os.makedirs(folder, exist_ok=True)
-        self.replay_store.save(os.path.join(folder, BUFFER_NAME))
-        out = super()._save_checkpoint()
-        prune_store(self.config.trainer.default_local_dir, keep=actor_ckpt_to_keep(self.config))
-        return out
+        return save_replay(self.replay_store, self.config, self.global_steps, super()._save_checkpoint)
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
-        folder = resume_folder(self.config, self.global_steps)
-        if folder is not None:
-            load_store(self.replay_store, folder)
+        if resume_folder(self.config, self.global_steps) is not None:
+            # a replay row left in TransferQueue (it is there only during an update) is cleared
+            _clear_keys("train", is_store_key)
+        load_replay(self.replay_store, self.config, self.global_steps)
         return out
 
 
@@ -256,39 +251,6 @@ def update_fields(batch_fields, stored: list) -> list:
         raise RuntimeError(f"replay rows were stored without the fields {lacking} this update reads; they were "
                            "stored by a run whose fresh rows lacked them (a changed config on resume?)")
     return [f for f in asked if f in stored]
-
-
-def load_store(store: TQReplayStore, folder: str, partition_id: str = "train") -> bool:
-    """Restore the buffer and its rows from `folder`. Missing files are an error unless
-    `replay.allow_empty_resume=true`. A replay row left in TransferQueue (it is there only during an update) is
-    cleared."""
-    _clear_keys(partition_id, is_store_key)
-    path = os.path.join(folder, BUFFER_NAME)
-    problem = saved_layout_problem(path)
-    if problem and not store.settings.allow_empty_resume:
-        raise ValueError(problem)
-    if problem:
-        logger.warning("%s: resuming with an empty buffer (replay.allow_empty_resume)", problem)
-        return False
-    if not resume_files_present(folder, store.files(path), store.settings.allow_empty_resume):
-        return False
-    store.load(path)
-    logger.info("replay buffer (%d rollouts) loaded from %s", len(store.buffer), path)
-    return True
-
-
-def prune_store(default_local_dir: str, keep) -> None:
-    """Drop the buffer and its stored rows from every global_step folder but the newest `keep`, the ones whose
-    actor checkpoint verl prunes (no resume can start there)."""
-    for folder in stale_buffer_folders(default_local_dir, keep):
-        remove_buffer_files(folder, SUFFIXES)
-
-
-def actor_ckpt_to_keep(config) -> int | None:
-    """verl's own reading: `remove_previous_ckpt_in_save` (deprecated) means keep 1."""
-    if config.trainer.get("remove_previous_ckpt_in_save", False):
-        return 1
-    return config.trainer.get("max_actor_ckpt_to_keep", None)
 
 
 def _listed(partition_id: str) -> dict:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from omegaconf import OmegaConf
 
 from ...config import ReplayConfig
 from ...session import effective_age_bound
 from .estimators import check_estimator
-from .settings import VerlReplaySettings, replay_dict, split_config
+from .settings import VerlReplaySettings, resolve_replay
 
 logger = logging.getLogger(__name__)
 
@@ -52,28 +52,40 @@ def off_policy_bound(config: Any) -> Optional[int]:
     return None if threshold is None else int(threshold) - 1
 
 
-def replay_settings(config: Any) -> tuple[ReplayConfig, VerlReplaySettings, Optional[int], str]:
-    """(replay config as given, settings, verl's own age bound (`off_policy_bound`; the session takes
-    min(tau_max, it)), a line saying which bound holds) for a v1 config."""
-    cfg, settings = split_config(replay_dict(config))
+class V1Replay(NamedTuple):
+    """The replay settings a v1 trainer runs with, resolved once (`replay_settings`)."""
+
+    config: ReplayConfig
+    """the `replay` group's core settings, as given"""
+    settings: VerlReplaySettings
+    bound: Optional[int]
+    """verl's own age bound (`off_policy_bound`; the session takes min(tau_max, it))"""
+    note: str
+    """a line saying which bound holds"""
+
+    @property
+    def age_bound(self) -> Optional[int]:
+        """The age bound replay runs with: min(tau_max, verl's)."""
+        return effective_age_bound(self.config.tau_max, self.bound)
+
+
+def replay_settings(config: Any) -> V1Replay:
+    """The replay settings of a v1 config (`resolve_replay`) with verl's age bound and the line saying which holds."""
+    cfg, settings = resolve_replay(config)
     bound = off_policy_bound(config)
     mode = config.trainer.v1.trainer_mode
     if bound is None:
-        return cfg, settings, None, f"replay age bound: replay.tau_max={cfg.tau_max} (trainer.v1.trainer_mode={mode})"
+        return V1Replay(cfg, settings, None, f"replay age bound: replay.tau_max={cfg.tau_max} (trainer.v1.trainer_mode={mode})")
     note = (f"replay age bound: {effective_age_bound(cfg.tau_max, bound)} versions = min(replay.tau_max={cfg.tau_max}, "
             f"trainer.v1.sampler.max_off_policy_threshold - 1 = {bound}) in {mode}")
-    return cfg, settings, bound, note
+    return V1Replay(cfg, settings, bound, note)
 
 
-def _age_bound(config: Any) -> tuple[ReplayConfig, Optional[int]]:
-    """(replay config as given, the age bound replay runs with: min(tau_max, verl's))."""
-    cfg, _, bound, _ = replay_settings(config)
-    return cfg, effective_age_bound(cfg.tau_max, bound)
-
-
-def check_config(config: Any) -> None:
-    """Refuse, before anything starts, what replay on verl's v1 trainer cannot run (see the module docstring)."""
-    cfg, tau = _age_bound(config)
+def check_config(config: Any, resolved: Optional[V1Replay] = None) -> None:
+    """Refuse, before anything starts, what replay on verl's v1 trainer cannot run (see the module docstring).
+    `resolved`: the config's `replay_settings`, when the caller has them (the trainer resolves them once)."""
+    resolved = resolved or replay_settings(config)
+    cfg, tau = resolved.config, resolved.age_bound
     critic = _get(config, "critic.enable")
     if _get(config, "algorithm.adv_estimator") == "gae" or critic:
         field = "critic.enable=true" if critic else "algorithm.adv_estimator='gae'"
@@ -91,14 +103,15 @@ def check_config(config: Any) -> None:
             f"trainer.v1.sampler.max_off_policy_threshold={_get(config, 'trainer.v1.sampler.max_off_policy_threshold')} lets a "
             "trajectory span one version only, so no stored row is young enough to replay; allowed: a threshold "
             ">= 2 or null, or replay=grpo (no replay)")
-    check_storage(config)
+    check_storage(config, resolved)
 
 
-def check_storage(config: Any) -> None:
+def check_storage(config: Any, resolved: Optional[V1Replay] = None) -> None:
     """ValueError when TransferQueue's storage cannot hold an update's replay rows next to the rows in flight:
     its SimpleStorage refuses puts beyond `total_storage_size`, which would stop training mid-run. (Stored rows
     live in the row store; a replayed row is in TransferQueue only for the update that reads it.)"""
-    cfg, tau = _age_bound(config)
+    resolved = resolved or replay_settings(config)
+    cfg, tau = resolved.config, resolved.age_bound
     limit = _get(config, "transfer_queue.backend.SimpleStorage.total_storage_size")
     if limit is None or not cfg.enabled:
         return

@@ -34,7 +34,7 @@ from ...session import ReplaySession
 from ...step_plan import StepPlan
 from .row_codec import unbind_rows
 from .row_store import RowStore
-from .rows import prompt_key, row_advantages
+from ...adapter_rows import prompt_key, row_advantages
 from .settings import VerlReplaySettings, check_options
 
 KEY_PREFIX = "grpo-replay-"
@@ -323,6 +323,10 @@ class TQReplayStore:
 
     def files(self, path: str) -> list[str]:
         return [path + s for s in SUFFIXES]
+
+    @staticmethod
+    def saved_layout_problem(path: str) -> Optional[str]:
+        return saved_layout_problem(path)
 
 
 SUFFIXES = (".json", ".npz", ".store.json", ".rows.pt")

@@ -43,9 +43,9 @@ from ....rollout import RolloutBatch
 from ....session import ReplaySession
 from ....tally import Tally
 from .._compat import DataProto
-from ..rows import prompt_key, row_advantages
+from ....adapter_rows import prompt_key, row_advantages
 from ..settings import VerlReplaySettings, check_options, split_config
-from ..sizing import batch_unit
+from ..sizing import batch_unit, scaled_mini_batch
 from .uids import adjacent_uid_order, split_uid_runs
 
 logger = logging.getLogger(__name__)
@@ -352,8 +352,7 @@ class ReplayHook:
     ) -> ReplayPlan:
         """What this call did: row counts, the mini-batch the trainer must use, and the logged metrics."""
         total = len(out)
-        k_steps = K if self.settings.keep_optimizer_steps else total // mb
-        mbr = total // k_steps if self.settings.keep_optimizer_steps else mb
+        mbr, k_steps = scaled_mini_batch(total, K, mb, self.settings.keep_optimizer_steps)
         metrics = {
             mn.FRESH_COUNT: float(len(fresh_idx)),
             "replay/zero_variance_rows": float((~nonzero).sum()),
@@ -392,4 +391,13 @@ class ReplayHook:
 
     def load(self, path) -> None:
         self.session.load(path)
+
+    def files(self, path: str) -> list[str]:
+        """The files `save(path)` writes: the buffer's."""
+        return [path + ".json", path + ".npz"]
+
+    @staticmethod
+    def saved_layout_problem(path: str) -> Optional[str]:
+        """None: the buffer's own files (ReplayBuffer.load validates them)."""
+        return None
 
