@@ -5,7 +5,8 @@ stand-ins on PATH for the commands that would start GPU work or installs (grpo-r
 ray, vllm, bash): each writes its argv to a JSON-lines file and exits 0. `bash examples/verl/*.sh` is the exception: the
 stand-in runs the real script, so what is recorded is the launch it makes (`python -m
 grpo_replay.integrations.verl.main <overrides>`), with the script's own variables expanded. `GPU_SMOKE_DRY_RUN=1`
-makes gpu_smoke.sh print its commands. Used by tests/docs/test_gpu_commands.py (main environment) and
+makes gpu_smoke.sh print its commands. Used by tests/docs/test_gpu_commands*.py (main environment; with the TRL
+example's paths, accelerate's launch parser and pyproject's requirements they share) and
 tests/integrations/verl_integration/test_launch_composition.py (verl environment)."""
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ FENCE = re.compile(r"^```([A-Za-z]*)([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 GPU_TAGS = {"gpu", "hub", "cluster"}
 STUBS = ("grpo-replay", "accelerate", "python", "python3", "pip", "pip3", "ray", "vllm", "bash")
 VERL_SCRIPTS = "examples/verl/"
+TRL_SCRIPT = ROOT / "examples/trl/train_qwen3_math_replay.py"
+TRL_YAML = ROOT / "examples/trl/qwen3_0.6b_math_replay.yaml"
 
 _STUB = '''import json, os, sys
 name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
@@ -120,3 +123,22 @@ def preflight_launches(tmp: Path, verl_entry: str) -> list[tuple[str, str, list[
         elif rec["cmd"] in ("python", "python3") and strip_python_m(argv, verl_entry) is not None:
             out.append((rec["source"], "verl", strip_python_m(argv, verl_entry)))
     return out
+
+
+def launch_parser():
+    """accelerate's own `accelerate launch` parser (imported on use: the verl environment has no accelerate)."""
+    from accelerate.commands.launch import launch_command_parser
+
+    return launch_command_parser()
+
+
+def norm(name: str) -> str:
+    """A distribution name as pip compares it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pyproject() -> dict:
+    """pyproject.toml's [project] table: its dependencies and optional-dependencies (the extras)."""
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

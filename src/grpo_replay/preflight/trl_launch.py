@@ -144,24 +144,15 @@ def _check_share(args, processes: int, async_trainer: bool, report: Report):
     from ..errors import UsageError
 
     cfg = args.to_replay_config()
-    if async_trainer:  # AsyncComposer: chunks of per_device x processes x GA samples keep TRL's size
-        S = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
-        if cfg.enabled and cfg.fill_filtered:  # the composer keeps S fresh samples and fills the filtered ones
-            report.add("replay rows per step", f"{S} samples per optimizer step: {S} fresh, of which up to {S} (every "
-                                               "zero-variance one) replaced by replay rows (replay_fill_filtered; the "
-                                               "number is known only at run time)")
-            return None
-        try:  # the composer's own check: a composition without a fixed-size rule, replay that would vanish
-            from ..integrations.trl.async_composer import check_chunk
+    if async_trainer:  # the composer's own chunk size, check and account of what a step holds
+        from ..integrations.trl.async_composer import check_chunk, chunk_holds, chunk_size
 
-            s = check_chunk(cfg, S, args.num_generations)
+        try:  # a composition without a fixed-size rule, replay that would vanish
+            plan = check_chunk(cfg, chunk_size(args, processes), args.num_generations)
         except UsageError as e:
             report.refuse_error(e, field_name="per_device_train_batch_size / gradient_accumulation_steps")
             return None
-        replay = s.replay
-        report.add("replay rows per step", f"{S} samples per optimizer step: {s.kept} fresh + {replay} replay "
-                                           f"(share {replay / S:.3f} vs configured {s.configured:.3f}, the "
-                                           "composer trims trailing replay rows to keep TRL's step size)")
+        report.add("replay rows per step", chunk_holds(cfg, plan))
         return None
     fresh = args.per_device_train_batch_size * args.steps_per_generation
     generation = fresh * processes

@@ -186,8 +186,25 @@ def _interleave(fresh: list, replay: list) -> list:
     return [both[k] for k in order]
 
 
-def chunk_size(per_device_train_batch_size: int, num_processes: int, gradient_accumulation_steps: int) -> int:
-    return int(per_device_train_batch_size) * int(num_processes) * int(gradient_accumulation_steps)
+def chunk_size(args: Any, num_processes: int) -> int:
+    """S, the samples of one composed chunk: `args.per_device_train_batch_size` x `num_processes` x
+    `args.gradient_accumulation_steps` (what TRL's fixed-count planner packs into one step). The trainer sizes its
+    composer with it and the preflight reports it, so the two cannot differ."""
+    return (int(args.per_device_train_batch_size) * int(num_processes)
+            * int(args.gradient_accumulation_steps))
+
+
+def chunk_holds(config: ReplayConfig, plan: StepPlan) -> str:
+    """What a step of `check_chunk`'s `plan` holds with a full buffer, in words (the trainer logs it, the preflight
+    prints it)."""
+    S = plan.total
+    if config.enabled and config.fill_filtered:
+        return (f"{S} samples per optimizer step: {plan.fresh} fresh, of which up to {plan.replay} (every "
+                "zero-variance one) replaced by replay rows (replay_fill_filtered; the number is known only at run "
+                "time)")
+    return (f"{S} samples per optimizer step: {plan.kept} fresh + {plan.replay} replay (share "
+            f"{plan.replay / S:.3f} vs configured {plan.configured:.3f}, the composer trims trailing replay rows "
+            "to keep TRL's step size)")
 
 
 def check_chunk(config: ReplayConfig, chunk_size: int, group_size: int = 1) -> StepPlan:

@@ -34,7 +34,7 @@ from ... import metric_names as mn
 from ...config import ReplayConfig
 from ...errors import ConfigError
 from ...tally import Tally
-from .async_composer import AsyncComposer, check_chunk, chunk_size
+from .async_composer import AsyncComposer, check_chunk, chunk_holds, chunk_size
 from .async_drift import SEQ_KEY, Measured, bounded_loss, reached_loss, row_seqs
 from .async_samples import AGE, IS_REPLAY, SERIAL, check_behaviour_logps, sample_state, zero_variance
 from .master_weights import check_master_weights
@@ -80,10 +80,10 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
         self._replay_drift: list[Measured] = []  # this step's micro-batches, under max_drift
         self._replay_drift_on = replay_config.enabled and replay_config.max_drift is not None
         self.replay_composer: Optional[AsyncComposer] = None
-        size = chunk_size(self.args.per_device_train_batch_size, self.accelerator.num_processes,
-                          self.args.gradient_accumulation_steps)
+        size = chunk_size(self.args, self.accelerator.num_processes)  # the preflight reports the same S
         if replay_config.enabled:  # every process refuses alike, before training
-            check_chunk(replay_config, size, self.args.num_generations)
+            plan = check_chunk(replay_config, size, self.args.num_generations)
+            logger.info(f"ReplayAsyncGRPOTrainer: {chunk_holds(replay_config, plan)}")
         if replay_config.enabled and self.accelerator.is_main_process:
             seed = getattr(self.args, "replay_seed", None)
             self.replay_composer = AsyncComposer(replay_config, staleness, size,
