@@ -14,6 +14,7 @@ from typing import Any, Optional
 import torch
 
 from ...rollout import RolloutBatch
+from ...step_metrics import ReplayRecord
 
 
 @dataclass
@@ -30,7 +31,7 @@ class QueuedGeneration:
     provides the behaviour log-probs."""
     missing: torch.Tensor
     """(Q,) bool: rows still without their behaviour log-probs (all of them at first when `aligned`, else none)."""
-    history: Optional[dict[str, Any]] = None
+    history: Optional[ReplayRecord] = None
     """The generation's `replay_history` record, completed with `inserted` and `buffer_size` when it is flushed."""
     inserted: int = 0
     """Rows the buffer took at the flush."""
