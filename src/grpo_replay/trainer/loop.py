@@ -298,7 +298,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
         run.run_dir.log_eval({"step": step_done, "generated": state["generated"], **state["last_eval"]}, run.tracker)
     run.run_dir.log_metrics(row, run.tracker)
     bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{state['last_eval']['acc_sampled']:.3f}", buf=len(run.buffer),
-                    replay=f"{row['replay/share']:.2f}")
+                    replay=f"{row[mn.REPLAY_SHARE]:.2f}")
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         run.run_dir.save_checkpoint(step_done, {**state, **run.scorer.counts()}, cfg.keep_checkpoints,
