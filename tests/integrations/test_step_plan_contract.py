@@ -27,6 +27,7 @@ pytest.importorskip("trl")
 from grpo_replay import ReplayConfig, ReplaySession  # noqa: E402
 from grpo_replay import metric_names as mn  # noqa: E402
 from grpo_replay.advantage import nonzero_variance_mask  # noqa: E402
+from grpo_replay.step_metrics import ReplayRecord  # noqa: E402
 from grpo_replay.step_plan import Unit, fixed_fresh, plan_step  # noqa: E402
 from helpers import make_batch, stored_rows as stored, undeclared_metric_keys as undeclared  # noqa: E402
 
@@ -64,7 +65,7 @@ def run_builtin(batches):
         metrics = builtin_row(session, keep, fitted.batch, t)
         shares.append((metrics[mn.REPLAY_SHARE], plan_step(len(fresh), CFG, 1, group_size=G).share))
         keys |= set(metrics)
-    return stored(session.buffer), shares, keys
+    return stored(session.buffer), shares, keys, None
 
 
 def builtin_row(session, keep, update, t: int) -> dict:
@@ -111,7 +112,7 @@ def run_trl_sync(tmp_path, batches):
     # `--backend trl`'s metrics.jsonl row, made from TRL's log of the step (the window's means)
     logs = {"reward": 0.5, **{k: sum(v) / len(v) for k, v in logged.items() if v}}
     backend_row = trl_metrics.metrics_row(logs, FIRST + STEPS, GROUPS * G)
-    return stored(trainer.replay_buffer), shares, set(logged) | set(backend_row)
+    return stored(trainer.replay_buffer), shares, set(logged) | set(backend_row), list(trainer.replay_history)
 
 
 def sample_of(fresh, i: int, t: int) -> dict:
@@ -138,7 +139,7 @@ def run_trl_async(batches):
     prefill(composer.buffer)
     queue = iter([sample_of(f, i, int(f.birth_step[0])) for f in batches for i in range(len(f))])
     stream = composer.stream(queue)
-    shares, keys = [], set()
+    shares, keys, records = [], set(), []
     for fresh in batches:
         version[0] = int(fresh.birth_step[0])
         chunk = [next(stream) for _ in range(S)]
@@ -146,15 +147,15 @@ def run_trl_async(batches):
         h = composer.history[-1]
         shares.append((h["replay"] / (h["replay"] + h["fresh"]),
                        plan_step(GROUPS * G, CFG, Unit(total=S), group_size=G).share))
-        keys |= async_logged(composer, chunk, version[0])
+        keys |= async_logged(composer, chunk, version[0], records)
     version[0] += 1
     composer.session.flush()
-    return stored(composer.buffer), shares, keys
+    return stored(composer.buffer), shares, keys, records
 
 
-def async_logged(composer, chunk: list, version: int) -> set[str]:
+def async_logged(composer, chunk: list, version: int, records: list) -> set[str]:
     """The keys `ReplayAsyncGRPOTrainer` logs of a step that trained `chunk` (`_replay_log_step`, then `log`'s
-    buffer totals)."""
+    buffer totals); its `replay_history` record joins `records`."""
     from grpo_replay.integrations.trl.replay_async_trainer import ReplayAsyncGRPOTrainer
 
     me = types.SimpleNamespace(
@@ -164,6 +165,7 @@ def async_logged(composer, chunk: list, version: int) -> set[str]:
         accelerator=types.SimpleNamespace(is_main_process=True))
     ReplayAsyncGRPOTrainer._replay_log_step(me)
     assert me.replay_history[-1]["replay_rows"] == sum(bool(s["replay_is_replay"]) for s in chunk)
+    records.append(me.replay_history[-1])
     return set(me._metrics["train"]) | set(composer.session.totals())
 
 
@@ -192,3 +194,13 @@ def test_every_trainer_logs_only_declared_metric_keys(runs, name):
     keys = {k for k in runs[name][2] if mn.is_replay_key(k)}
     assert {mn.REPLAY_SHARE, mn.REPLAY_COUNT, mn.FRESH_COUNT, mn.ZERO_VARIANCE_SHARE, mn.BUFFER_SIZE} <= keys, keys
     assert not undeclared(keys), undeclared(keys)
+
+
+def test_both_trl_trainers_keep_one_history_record(runs):
+    sync, async_ = runs["trl_sync"][3], runs["trl_async"][3]
+    assert {frozenset(r.public()) for r in sync + async_} == {frozenset(ReplayRecord.of(
+        step=0, fresh_rows=0, replay_rows=0, replay_birth_steps=[], replay_ages=[]))}
+    for r in sync + async_:  # ages and births in the trainer's unit, one per replayed row
+        assert len(r["replay_ages"]) == len(r["replay_birth_steps"]) == r["replay_rows"] == len(r["replay_advantages"])
+        assert r["fresh_rows"] == len(r["fresh_advantages"]) and r["inserted"] is not None
+        assert all(a >= 1 for a in r["replay_ages"]) and r["buffer_size"] is not None
