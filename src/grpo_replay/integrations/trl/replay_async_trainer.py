@@ -201,9 +201,10 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
         if self.replay_composer is not None and "loss" in logs:  # a training row, not the end-of-run summary
             # Cumulative counters, as ReplayGRPOTrainer logs them (TRL sums a "total" key over the window).
-            for k, v in self.replay_composer.session.totals().items():
-                if k != mn.BUFFER_SIZE:  # logged per step, with the step's other metrics
-                    self._metrics["train"][k] = [v]
+            totals = self.replay_composer.session.totals()
+            totals.pop(mn.BUFFER_SIZE)  # logged per step, with the step's other metrics
+            for k, v in step_row(buffer=totals).items():
+                self._metrics["train"][k] = [v]
         super().log(logs, start_time)
 
 
