@@ -224,14 +224,10 @@ def stored_rows(buffer: ReplayBuffer) -> list[tuple[int, float]]:
     return sorted(zip(s.col("birth_step")[slots].tolist(), [round(a, 5) for a in s.col("advantage")[slots].tolist()]))
 
 
-def declared_metric_keys() -> set[str]:
-    """The metric names a trainer may log: metric_names' constants and the names docs/metrics.md documents."""
-    import re
-
+def undeclared_metric_keys(keys) -> set[str]:
+    """The replay metric keys of `keys` (under replay/, fresh/, buffer/, or the zero-variance share) that are neither
+    a `metric_names` constant nor declared backend-only (`metric_names.BACKEND_ONLY`, each with its reason)."""
     from grpo_replay import metric_names as mn
 
-    names = {v for k, v in vars(mn).items() if k.isupper() and isinstance(v, str)}
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
-    names |= set(re.findall(r"`((?:replay|fresh|buffer)/[a-z_/]+)`", doc))
-    return names | {f"{kind}/{x}" for kind in ("fresh", "replay") for x in ("reward", "ratio_mean", "ratio_max",
-                                                                             "clip_frac")}
+    return mn.undeclared(keys)
+

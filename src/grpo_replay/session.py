@@ -12,7 +12,7 @@ A trainer (the built-in loop, an engine adapter) drives it in the order of Algor
         handle.fill(rows, behaviour_logps)                       # (with missing_logps=True: written in the update)
         session.flush(before=next_step)                          # ... and enter the buffer with their birth steps
         tally = session.tally(composed.batch, step, ...)         # sums and counts; a backend all-reduces them
-        log(tally.metrics() | session.buffer_metrics(step + 1))
+        log(step_row(tally, inserted=session.take_inserted(), buffer=session.buffer_metrics(step + 1)))  # step_metrics
 
 What it owns: the `ReplayBuffer`; the effective age bound min(tau_max, the engine's staleness bound), fixed at
 construction (an engine that drops samples older than its own bound can never be handed an older replay row);
@@ -242,7 +242,7 @@ class ReplaySession:
               dropped: Optional[torch.Tensor] = None) -> Tally:
         """This process's sums and counts of one update batch (`Tally`): rows, |A| and ages by kind; with
         `groups`, the zero-variance share of the step's generated groups; under max_drift, the replayed rows'
-        drift and the rows dropped. A backend all-reduces tallies (`Tally.reduce`) before `metrics()`."""
+        drift and the rows dropped. A backend all-reduces tallies (`Tally.merge`) before `step_metrics.step_row`."""
         return Tally.of(batch, step, groups=groups, zero_variance_groups=zero_variance_groups,
                         drift=drift if self.config.max_drift is not None else None,
                         dropped=dropped if self.config.max_drift is not None else None)

@@ -23,10 +23,15 @@ CLIP_KEYS = tuple(f"{k}/{x}" for k in KINDS for x in ("tokens", "ratio", "clippe
 GROUP_KEYS = ("groups", "zero_variance_groups")
 DRIFT_KEYS = ("replay/dropped", "replay/drift", "replay/drift_rows", "replay/drift_max")
 MAXES = ("replay/age_max", "fresh/ratio_max", "replay/ratio_max", "replay/drift_max")
+# kind -> the metric names of its rows: (count, mean |A|, mean reward, ratio mean, ratio max, clip fraction)
+NAMES = {"fresh": (mn.FRESH_COUNT, mn.FRESH_ABS_ADV, mn.FRESH_REWARD, mn.FRESH_RATIO_MEAN, mn.FRESH_RATIO_MAX,
+                   mn.FRESH_CLIP_FRAC),
+         "replay": (mn.REPLAY_COUNT, mn.REPLAY_ABS_ADV, mn.REPLAY_REWARD, mn.REPLAY_RATIO_MEAN, mn.REPLAY_RATIO_MAX,
+                    mn.REPLAY_CLIP_FRAC)}
 
 
 class Tally(dict):
-    """str -> float: the key groups measured (`ROW_KEYS`, `REWARD_KEYS`, `CLIP_KEYS`, `GROUP_KEYS`, `DRIFT_KEYS`), plus
+    """str -> float: sums under their own keys (not metric names: `metrics()` names them), the key groups measured (`ROW_KEYS`, `REWARD_KEYS`, `CLIP_KEYS`, `GROUP_KEYS`, `DRIFT_KEYS`), plus
     `replay/age_hist` (one process's ages; not merged). A metric whose rows or tokens count is 0 is left out."""
 
     @classmethod
@@ -121,20 +126,21 @@ class Tally(dict):
         if rows:
             out[mn.REPLAY_SHARE] = _div(replay, fresh + replay) if fresh + replay else 0.0
         for kind, n in zip(KINDS, (fresh, replay)):
+            count, abs_adv, reward, ratio_mean, ratio_max, clip_frac = NAMES[kind]
             if rows:
-                out[f"{kind}/count"] = n
+                out[count] = n
             if rows and not n:
                 # No rows of this kind (replay before its warm-up): a ratio of 1.0 or an age of 0 written here would be
                 # averaged into every curve as if replay had been on-policy; the count alone says it.
                 continue
-            for name in ("abs_adv", "reward"):
-                if f"{kind}/{name}" in self:
-                    out[f"{kind}/{name}"] = _div(self[f"{kind}/{name}"], n)
+            for name, total in ((abs_adv, f"{kind}/abs_adv"), (reward, f"{kind}/reward")):
+                if total in self:
+                    out[name] = _div(self[total], n)
             tokens = self.get(f"{kind}/tokens", 0.0)
             if tokens:
-                out[f"{kind}/ratio_mean"] = _div(self[f"{kind}/ratio"], tokens)
-                out[f"{kind}/ratio_max"] = self[f"{kind}/ratio_max"]
-                out[f"{kind}/clip_frac"] = _div(self[f"{kind}/clipped"], tokens)
+                out[ratio_mean] = _div(self[f"{kind}/ratio"], tokens)
+                out[ratio_max] = self[f"{kind}/ratio_max"]
+                out[clip_frac] = _div(self[f"{kind}/clipped"], tokens)
         if replay and "replay/age" in self:
             out[mn.REPLAY_AGE_MEAN] = _div(self["replay/age"], replay)
             out[mn.REPLAY_AGE_MAX] = int(self["replay/age_max"])

@@ -1,6 +1,7 @@
 """One contract for the trainers that run in this environment: the same fresh batches, fed through each trainer's own
 adapter, store the same rows, train the replay share the step plan (`step_plan.plan_step`, what the preflight prints)
-gives for that trainer's unit, and log only declared metric keys. verl's two trainers have the same contract in
+gives for that trainer's unit, and log only declared metric keys (each trainer's own metrics code driven: the built-in
+loop's row, TRL sync's log and `--backend trl`'s metrics.jsonl row, TRL async's step log). verl's two trainers have the same contract in
 tests/integrations/verl_integration/test_step_plan_contract_verl.py (their environment).
 
 The shape is TRL's common small one: 6 fresh rows a step (2 groups of 3), replay_ratio 0.5 (3 replay rows planned):
@@ -13,6 +14,8 @@ Every buffer starts from the same stored rows, so each step draws from a full bu
 from __future__ import annotations
 
 import sys
+import types
+from collections import defaultdict, deque
 from pathlib import Path
 
 import pytest
@@ -24,8 +27,9 @@ pytest.importorskip("trl")
 from grpo_replay import ReplayConfig, ReplaySession  # noqa: E402
 from grpo_replay import metric_names as mn  # noqa: E402
 from grpo_replay.advantage import nonzero_variance_mask  # noqa: E402
+from grpo_replay.step_metrics import HEAVY, ReplayRecord  # noqa: E402
 from grpo_replay.step_plan import Unit, fixed_fresh, plan_step  # noqa: E402
-from helpers import declared_metric_keys as declared, make_batch, stored_rows as stored  # noqa: E402
+from helpers import make_batch, stored_rows as stored, undeclared_metric_keys as undeclared  # noqa: E402
 
 G, GROUPS, STEPS, FIRST = 3, 2, 3, 3  # group size, groups a step, steps, the first step (rows 0-2 are stored)
 CFG = ReplayConfig(replay_ratio=0.5, warmup_steps=0)
@@ -45,10 +49,6 @@ def prefill(buffer) -> None:
         buffer.add(make_batch(12, G, step=t, seed=100 + t, rewards=torch.tensor([0.0, 1.0, 0.5] * 12)), t)
 
 
-def replay_keys(keys) -> set[str]:
-    return {k for k in keys if k.split("/")[0] in ("replay", "fresh", "buffer") or k == mn.ZERO_VARIANCE_SHARE}
-
-
 # --- the adapters -------------------------------------------------------------------------------------------
 def run_builtin(batches):
     """The built-in trainer's step (trainer/loop.py): filter zero-variance groups, compose (unit 1), insert."""
@@ -57,14 +57,29 @@ def run_builtin(batches):
     shares, keys = [], set()
     for fresh in batches:
         t = int(fresh.birth_step[0])
-        fresh = fresh.select(torch.nonzero(nonzero_variance_mask(fresh.rewards, fresh.group_ids)).flatten())
+        keep = nonzero_variance_mask(fresh.rewards, fresh.group_ids)
+        fresh = fresh.select(torch.nonzero(keep).flatten())
         fitted = session.compose(fresh, t)
-        metrics = session.tally(fitted.batch, t).metrics()
-        shares.append((metrics[mn.REPLAY_SHARE], plan_step(len(fresh), CFG, 1, group_size=G).share))
-        keys |= set(metrics) | set(session.buffer_metrics(t + 1))
         session.defer(fresh)
         session.flush()
-    return stored(session.buffer), shares, keys
+        metrics = builtin_row(session, keep, fitted.batch, t)
+        shares.append((metrics[mn.REPLAY_SHARE], plan_step(len(fresh), CFG, 1, group_size=G).share))
+        keys |= set(metrics)
+    return stored(session.buffer), shares, keys, None
+
+
+def builtin_row(session, keep, update, t: int) -> dict:
+    """The replay entries of the built-in trainer's metrics row (`loop._replay_metrics`), with every loss statistic
+    and a row left out of the insert, so that each key it can log is logged."""
+    from grpo_replay.trainer.loop import NONFINITE_KEY, _replay_metrics
+
+    shape = update.completion_mask.shape
+    tokens = {"ratio": torch.ones(shape), "clipped": torch.zeros(shape, dtype=torch.bool),
+              "mask": update.completion_mask.bool()}
+    run = types.SimpleNamespace(cfg=types.SimpleNamespace(group_size=G, replay=CFG), session=session)
+    gen = types.SimpleNamespace(keep=keep)  # (N,) the generated rows with reward variance
+    out = types.SimpleNamespace(stats={"token_stats": tokens, NONFINITE_KEY: 1}, gen=gen, update=update)
+    return _replay_metrics(run, t, out)
 
 
 def trl_output(fresh) -> tuple[dict, torch.Tensor]:
@@ -76,6 +91,7 @@ def trl_output(fresh) -> tuple[dict, torch.Tensor]:
 
 
 def run_trl_sync(tmp_path, batches):
+    from grpo_replay.trainer.trl import metrics as trl_metrics
     from test_trl import make_trainer
 
     trainer = make_trainer(tmp_path, replay_preset="paper", replay_ratio=0.5, replay_warmup_steps=0,
@@ -92,7 +108,11 @@ def run_trl_sync(tmp_path, batches):
         shares.append((rows["replay_rows"] / (rows["replay_rows"] + rows["fresh_rows"]),
                        plan_step(len(fresh), trainer.replay_config, 2, group_size=G).share))
         assert trainer._metrics["train"][mn.REPLAY_SHARE][-1] == pytest.approx(shares[-1][0]), t
-    return stored(trainer.replay_buffer), shares, set(trainer._metrics["train"])
+    logged = trainer._metrics["train"]
+    # `--backend trl`'s metrics.jsonl row, made from TRL's log of the step (the window's means)
+    logs = {"reward": 0.5, **{k: sum(v) / len(v) for k, v in logged.items() if v}}
+    backend_row = trl_metrics.metrics_row(logs, FIRST + STEPS, GROUPS * G)
+    return stored(trainer.replay_buffer), shares, set(logged) | set(backend_row), list(trainer.replay_history)
 
 
 def sample_of(fresh, i: int, t: int) -> dict:
@@ -119,7 +139,7 @@ def run_trl_async(batches):
     prefill(composer.buffer)
     queue = iter([sample_of(f, i, int(f.birth_step[0])) for f in batches for i in range(len(f))])
     stream = composer.stream(queue)
-    shares = []
+    shares, keys, records = [], set(), []
     for fresh in batches:
         version[0] = int(fresh.birth_step[0])
         chunk = [next(stream) for _ in range(S)]
@@ -127,9 +147,26 @@ def run_trl_async(batches):
         h = composer.history[-1]
         shares.append((h["replay"] / (h["replay"] + h["fresh"]),
                        plan_step(GROUPS * G, CFG, Unit(total=S), group_size=G).share))
+        keys |= async_logged(composer, chunk, version[0], records)
     version[0] += 1
     composer.session.flush()
-    return stored(composer.buffer), shares, None
+    return stored(composer.buffer), shares, keys, records
+
+
+def async_logged(composer, chunk: list, version: int, records: list) -> set[str]:
+    """The keys `ReplayAsyncGRPOTrainer` logs of a step that trained `chunk` (`_replay_log_step`, then `log`'s
+    buffer totals); its `replay_history` record joins `records`."""
+    from grpo_replay.integrations.trl.replay_async_trainer import ReplayAsyncGRPOTrainer
+
+    me = types.SimpleNamespace(
+        _metrics={"train": defaultdict(list)}, replay_composer=composer, _replay_step=list(chunk), _replay_drift=[],
+        _replay_drift_on=False, replay_age_bound=composer.age_bound, state=types.SimpleNamespace(global_step=version),
+        model_version=version, replay_keep_samples=False, replay_history=deque(),
+        accelerator=types.SimpleNamespace(is_main_process=True))
+    ReplayAsyncGRPOTrainer._replay_log_step(me)
+    assert me.replay_history[-1]["replay_rows"] == sum(bool(s["replay_is_replay"]) for s in chunk)
+    records.append(me.replay_history[-1])
+    return set(me._metrics["train"]) | set(composer.session.totals())
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +189,18 @@ def test_every_trainer_trains_the_share_its_plan_says(runs, name, share):
     assert shares[0][1] == pytest.approx(share)
 
 
-@pytest.mark.parametrize("name", ["builtin", "trl_sync"])
+@pytest.mark.parametrize("name", ["builtin", "trl_sync", "trl_async"])
 def test_every_trainer_logs_only_declared_metric_keys(runs, name):
-    keys = replay_keys(runs[name][2])
-    assert keys and keys <= declared(), keys - declared()
+    keys = {k for k in runs[name][2] if mn.is_replay_key(k)}
+    assert {mn.REPLAY_SHARE, mn.REPLAY_COUNT, mn.FRESH_COUNT, mn.ZERO_VARIANCE_SHARE, mn.BUFFER_SIZE} <= keys, keys
+    assert not undeclared(keys), undeclared(keys)
+
+
+def test_both_trl_trainers_keep_one_history_record(runs):
+    sync, async_ = runs["trl_sync"][3], runs["trl_async"][3]
+    one = ReplayRecord.of(step=0, fresh_rows=0, replay_rows=0, replay_birth_steps=[], replay_ages=[])
+    assert {frozenset(set(r) - set(HEAVY)) for r in sync + async_} == {frozenset(one)}
+    for r in sync + async_:  # ages and births in the trainer's unit, one per replayed row
+        assert len(r["replay_ages"]) == len(r["replay_birth_steps"]) == r["replay_rows"] == len(r["replay_advantages"])
+        assert r["fresh_rows"] == len(r["fresh_advantages"]) and r["inserted"] is not None
+        assert all(a >= 1 for a in r["replay_ages"]) and r["buffer_size"] is not None

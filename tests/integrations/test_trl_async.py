@@ -26,13 +26,13 @@ def test_ages_share_replayed_fields_and_rows(tmp_path):
     t = make_async_trainer(tmp_path, gradient_accumulation_steps=3, max_steps=6, replay_tau_max=3, max_staleness=4)
     t.train()
     hist = list(t.replay_history)
-    assert [h["rows"] for h in hist] == [12] * 6
+    assert [h["fresh_rows"] + h["replay_rows"] for h in hist] == [12] * 6
     assert [h["replay_rows"] for h in hist] == [0, 0, 4, 4, 4, 4]  # warm-up, then the buffer holds step 0's rows
     ages = [a for h in hist for a in h["replay_ages"]]
     assert ages and min(ages) >= 1 and max(ages) <= 3 and t.replay_age_bound == 3
     assert t.replay_composer.buffer.total_evicted_age > 0  # the bound bit
     for h in hist:  # the age is the version the row was drawn at minus the one that generated it
-        assert all(v + a <= h["version"] for v, a in zip(h["replay_versions"], h["replay_ages"]))
+        assert all(v + a <= h["version"] for v, a in zip(h["replay_birth_steps"], h["replay_ages"]))
 
     # Every replayed sample is a sample trained on earlier, bit for bit as the loss receives it.
     fresh = {}
@@ -63,7 +63,7 @@ def test_fill_filtered_replaces_zero_variance_samples(tmp_path):
     t.train()
     chunks = list(t.replay_composer.history)
     assert all(c["fresh_taken"] == 8 for c in chunks)  # the worker generates what plain AsyncGRPO would take
-    assert all(h["rows"] == 8 for h in t.replay_history)  # and each update keeps its size
+    assert all(h["fresh_rows"] + h["replay_rows"] == 8 for h in t.replay_history)  # and each update keeps its size
     for c in chunks:  # as many replay rows as zero-variance samples while the buffer (nothing evicted) has them
         expected = min(c["zero_variance_taken"], c["buffer_size"]) if c["chunk"] >= 1 else 0
         assert c["replay"] == expected and c["fresh"] + c["replay"] == 8, c

@@ -43,7 +43,8 @@ def _worker(out_dir: str) -> None:
         t.training_step = counting_step
         t.train()
         records[name] = {"params": params(t.model).tolist(), "rows": list(t.replay_rows_per_process), "flat": flat_rows,
-                         "history": [{k: h[k] for k in ("rows", "replay_rows")} for h in t.replay_history]}
+                         "history": [{"rows": h["fresh_rows"] + h["replay_rows"], "replay_rows": h["replay_rows"]}
+                                     for h in t.replay_history]}
     (out / f"rank{rank}.json").write_text(json.dumps(records))
 
 

@@ -47,6 +47,7 @@ from .. import ReplayBuffer, RolloutBatch, estimate, nonzero_variance_mask
 from .. import metric_names as mn
 from ..diagnostics import split_tally
 from ..session import ReplaySession
+from ..step_metrics import step_row
 from ..app import tracking
 from ..app.console import quiet_third_party
 from ..app.run_files import checkpoint_name
@@ -297,7 +298,7 @@ def bookkeeping(run: Run, t: int, out: StepOutput, t0: float, bar, interrupted: 
         run.run_dir.log_eval({"step": step_done, "generated": state["generated"], **state["last_eval"]}, run.tracker)
     run.run_dir.log_metrics(row, run.tracker)
     bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{state['last_eval']['acc_sampled']:.3f}", buf=len(run.buffer),
-                    replay=f"{row['replay/share']:.2f}")
+                    replay=f"{row[mn.REPLAY_SHARE]:.2f}")
     stop = state["bad_in_a_row"] >= cfg.max_bad_steps
     if stop or interrupted or (cfg.checkpoint_every and step_done % cfg.checkpoint_every == 0) or step_done == cfg.steps:
         run.run_dir.save_checkpoint(step_done, {**state, **run.scorer.counts()}, cfg.keep_checkpoints,
@@ -335,10 +336,7 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
         "skipped_nonfinite": bool(stats is not None and not stats["finite"]),
         "lr": stats["lr"] if stats else run.scheduler.get_last_lr()[0],  # the rate this step's update used
         **term_means(gen.reward_counts, len(gen.rewards)),  # reward/errors, /timeouts, rewards/<name>/mean
-        **replay,
-        mn.REPLAY_INSERTED: run.session.take_inserted(),  # this step's rows that entered the buffer
-        **run.session.buffer_metrics(t + 1),
-        **({NONFINITE_KEY: stats[NONFINITE_KEY]} if stats and stats.get(NONFINITE_KEY) else {}),
+        **replay,  # the update batch's split, this step's inserted rows, the buffer after the step
         **epoch_metrics(stats, run.cfg.update_epochs),  # epochs/clip_frac_k, epochs/approx_kl_k when update_epochs > 1
         **(dynamic_sampling.metrics(gen) if run.cfg.dynamic_sampling else {}),
         **out.drift,  # drift/kl_1, drift/kl_tau (and time/drift_s) when cfg.drift_probe > 0
@@ -348,8 +346,9 @@ def _metrics_row(run: Run, t: int, out: StepOutput, t0: float) -> dict[str, Any]
 
 
 def _replay_metrics(run: Run, t: int, out: StepOutput) -> dict[str, Any]:
-    """The session's tally of step t's update batch: counts, |A|, rewards, ages and clip statistics by kind, the
-    zero-variance share of the generated groups, and the drift bound's rows under replay.max_drift."""
+    """The replay entries of step t's row (`step_row`): the session's tally of the update batch (counts, |A|,
+    rewards, ages and clip statistics by kind, the zero-variance share of the generated groups, the drift bound's
+    rows under replay.max_drift), the rows inserted and the buffer after the step."""
     stats, gen = out.stats, out.gen
     groups = gen.keep.view(-1, run.cfg.group_size).any(1)
     drift = {}
@@ -358,7 +357,8 @@ def _replay_metrics(run: Run, t: int, out: StepOutput) -> dict[str, Any]:
         drift = {"drift": stats["drift"] if stats else None, "dropped": dropped}
     tally = split_tally(out.update, t, stats["token_stats"] if stats else None, groups=len(groups),
                         zero_variance_groups=int((~groups).sum()), **drift)
-    return tally.metrics()
+    return step_row(tally, inserted=run.session.take_inserted(), buffer=run.session.buffer_metrics(t + 1),
+                    skipped_nonfinite=stats.get(NONFINITE_KEY, 0) if stats else 0)
 
 
 def finish(run: Run) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def test_launcher_twin_replays_its_share_into_its_own_folder(tq_cluster, tmp_pat
     t = run_fit(replay_cls(cfg.trainer.v1.trainer_mode), cfg)
     shares = {s: m["replay/share"] for s, m in t.step_metrics.items()}
     target = cfg.replay.replay_ratio / (1 + cfg.replay.replay_ratio)
-    assert any(abs(v - target) < 1e-9 for v in shares.values()) and max(shares.values()) <= target + 1e-9, shares
+    # the tally's share divides in float32, as every trainer's: within 1e-6 of the ratio of row counts
+    assert any(abs(v - target) < 1e-6 for v in shares.values()) and max(shares.values()) <= target + 1e-6, shares
     assert (folder / "global_step_3").is_dir()  # verl's checkpoint, in this run's own folder
     assert "resumes global_step_3" in check_run_folder(cfg)  # a rerun of this run continues it
     other = _launch(tmp_path / "other", script, ckpt_var, preset="grpo")

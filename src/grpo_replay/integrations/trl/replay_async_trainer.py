@@ -33,6 +33,7 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 from ... import metric_names as mn
 from ...config import ReplayConfig
 from ...errors import ConfigError
+from ...step_metrics import ReplayRecord, step_row
 from ...tally import Tally
 from .async_composer import AsyncComposer, check_chunk, chunk_holds, chunk_size
 from .async_drift import SEQ_KEY, Measured, bounded_loss, reached_loss, row_seqs
@@ -71,7 +72,7 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
                              self.accelerator.is_fsdp2)
         self.replay_config = replay_config
         self.replay_age_bound = age_bound
-        self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)  # one record per optimizer step (main)
+        self.replay_history: deque[ReplayRecord] = deque(maxlen=10_000)  # one record per optimizer step (main)
         self.replay_keep_samples = False  # True: records also hold the trained samples (tests, diagnostics)
         # Samples in this process's packed row, one entry per micro-batch (diagnostics, tests).
         self.replay_rows_per_process: deque[int] = deque(maxlen=100_000)
@@ -183,29 +184,27 @@ class ReplayAsyncGRPOTrainer(AsyncGRPOTrainer):
             tally.update(Tally.of_drift_values(torch.cat([m.drift for m in measured]) if measured else None,
                                                torch.cat([m.dropped for m in measured]) if measured
                                                else torch.zeros(0, dtype=torch.bool)))
-        for k, v in tally.metrics().items():
-            if k != mn.REPLAY_AGE_HIST:
-                metrics[k].append(float(v))
-        metrics[mn.REPLAY_INSERTED].append(float(composer.take_inserted()))
-        metrics[mn.BUFFER_SIZE].append(float(len(composer.buffer)))
-        skipped = composer.session.take_skipped_nonfinite()
-        if skipped:
-            metrics[mn.BUFFER_SKIPPED_NONFINITE].append(float(skipped))
-        metrics["replay/age_bound"].append(float(self.replay_age_bound))
+        inserted = composer.take_inserted()
+        row = step_row(tally, inserted=float(inserted), buffer={mn.BUFFER_SIZE: float(len(composer.buffer))},
+                       skipped_nonfinite=float(composer.session.take_skipped_nonfinite()), lists=False)
+        for k, v in row.items():
+            metrics[k].append(float(v))
+        metrics[mn.REPLAY_AGE_BOUND].append(float(self.replay_age_bound))
         replay = [s for s in samples if s[IS_REPLAY]]
-        record = {"step": int(self.state.global_step), "version": int(self.model_version), "rows": len(samples),
-                  "fresh_rows": len(fresh), "replay_rows": len(replay), "replay_ages": [s[AGE] for s in replay],
-                  "replay_versions": [s["model_version"] for s in replay], "buffer_size": len(composer.buffer)}
-        if self.replay_keep_samples:
-            record["samples"] = [sample_state(s) for s in samples]
-        self.replay_history.append(record)
+        heavy = {"samples": [sample_state(s) for s in samples]} if self.replay_keep_samples else {}
+        self.replay_history.append(ReplayRecord.of(
+            step=self.state.global_step, version=self.model_version, fresh_rows=len(fresh), replay_rows=len(replay),
+            inserted=inserted, buffer_size=len(composer.buffer), replay_birth_steps=[s["model_version"] for s in replay],
+            replay_ages=[s[AGE] for s in replay], replay_advantages=[float(s["advantage"]) for s in replay],
+            fresh_advantages=[float(s["advantage"]) for s in fresh], **heavy))
 
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
         if self.replay_composer is not None and "loss" in logs:  # a training row, not the end-of-run summary
             # Cumulative counters, as ReplayGRPOTrainer logs them (TRL sums a "total" key over the window).
-            for k, v in self.replay_composer.session.totals().items():
-                if k != mn.BUFFER_SIZE:  # logged per step, with the step's other metrics
-                    self._metrics["train"][k] = [v]
+            totals = self.replay_composer.session.totals()
+            totals.pop(mn.BUFFER_SIZE)  # logged per step, with the step's other metrics
+            for k, v in step_row(buffer=totals).items():
+                self._metrics["train"][k] = [v]
         super().log(logs, start_time)
 
 

@@ -51,6 +51,7 @@ from ... import metric_names as mn
 from ...rollout import RolloutBatch
 from ...deferred import Deferred
 from ...session import ReplaySession
+from ...step_metrics import ReplayRecord, step_row
 from ...tally import KINDS, Tally
 from .batch_share import check_share
 from .fresh_rows import fresh_batch
@@ -85,7 +86,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
         seed = self.args.seed if seed is None else seed
         self.replay_session = ReplaySession(replay_config, seed=seed + self.accelerator.process_index)
         # One record per generation (train mode): what was composed. For diagnostics and tests; bounded.
-        self.replay_history: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.replay_history: deque[ReplayRecord] = deque(maxlen=10_000)
         self._replay_rewards_per_func: Optional[torch.Tensor] = None
         self._replay_capture: Optional[LossCapture] = None  # set inside _compute_loss
         # The latest generation's fresh rows, waiting in the session for the end of their accumulation window: the
@@ -269,11 +270,10 @@ class ReplayGRPOTrainer(GRPOTrainer):
         if log:
             tot = sum_over_processes(self.accelerator, {"inserted": inserted, "buffer_size": len(self.replay_buffer),
                                                         "skipped": skipped})
-            metrics = self._metrics["train"]
-            metrics[mn.REPLAY_INSERTED].append(tot["inserted"])
-            metrics[mn.BUFFER_SIZE].append(tot["buffer_size"])
-            if tot["skipped"]:
-                metrics[mn.BUFFER_SKIPPED_NONFINITE].append(tot["skipped"])
+            row = step_row(inserted=tot["inserted"], buffer={mn.BUFFER_SIZE: tot["buffer_size"]},
+                           skipped_nonfinite=tot["skipped"])
+            for k, v in row.items():
+                self._metrics["train"][k].append(v)
 
     def _replay_displaced_logps(self, out: dict[str, Any], handle: Deferred, row_id: torch.Tensor,
                                 rows: torch.Tensor) -> None:
@@ -286,8 +286,8 @@ class ReplayGRPOTrainer(GRPOTrainer):
     # --- logging (through TRL's self._metrics, averaged per logging step by TRL) --------------------
     def _replay_log_step(self, composed: RolloutBatch, step: int, queued: int, n_fresh: int, n_ok: int,
                          drift: Optional[DriftCheck]) -> dict[str, Any]:
-        """Log one generation's composition (the session's tally, merged over processes); returns its
-        `replay_history` record, whose `inserted` and `buffer_size` are final once the step's rows enter the buffer
+        """Log one generation's composition (`step_row` of the session's tally, merged over processes); returns
+        its `replay_history` record (`ReplayRecord`), whose `inserted` and `buffer_size` are final once the step's rows enter the buffer
         (`_replay_flush`). The zero-variance share counts rows: TRL's groups are whole over the processes."""
         tally = self.replay_session.tally(composed, step, groups=n_fresh, zero_variance_groups=n_fresh - n_ok)
         if drift is not None:  # over every replay row drawn, the dropped ones included (they left the batch)
@@ -296,22 +296,16 @@ class ReplayGRPOTrainer(GRPOTrainer):
         totals.pop(mn.BUFFER_SIZE)  # logged when the rows enter the buffer
         merged = Tally.merge(gather_over_processes(self.accelerator, tally.flat()))
         metrics = self._metrics["train"]
-        for k, v in merged.metrics().items():
+        for k, v in step_row(merged).items():
             metrics[k].append(float(v))
-        for k, v in sum_over_processes(self.accelerator, totals).items():
+        for k, v in step_row(buffer=sum_over_processes(self.accelerator, totals)).items():
             metrics[k].append(v)
         rep = composed.is_replay
-        record = {
-            "step": step,
-            "fresh_rows": len(composed) - int(rep.sum()),
-            "replay_rows": int(rep.sum()),
-            "buffer_size": None,
-            "inserted": queued,
-            "replay_birth_steps": composed.birth_step[rep].tolist(),
-            "replay_advantages": composed.advantages[rep].tolist(),
-            "replay_completion_ids": composed.completion_ids[rep].tolist(),
-            "fresh_advantages": composed.advantages[~rep].tolist(),
-        }
+        record = ReplayRecord.of(
+            step=step, fresh_rows=len(composed) - int(rep.sum()), replay_rows=int(rep.sum()), inserted=queued,
+            replay_birth_steps=composed.birth_step[rep].tolist(), replay_ages=composed.age(step)[rep].tolist(),
+            replay_advantages=composed.advantages[rep].tolist(), fresh_advantages=composed.advantages[~rep].tolist(),
+            replay_completion_ids=composed.completion_ids[rep].tolist())
         self.replay_history.append(record)
         return record
 
@@ -333,7 +327,7 @@ class ReplayGRPOTrainer(GRPOTrainer):
             tally.add_clip(kind, ratio[rows], clipped[rows], mask[rows])
         merged = Tally.merge(gather_over_processes(self.accelerator, tally.flat()))
         metrics = self._metrics["train" if self.model.training else "eval"]
-        for k, v in merged.metrics().items():
+        for k, v in step_row(merged).items():
             metrics[k].append(float(v))
 
 

@@ -35,6 +35,7 @@ import torch
 from ... import metric_names as mn
 from ...loss import token_drift
 from ...session import over_drift_bound
+from ...step_metrics import step_row
 from ...tally import Tally
 from .checkpoints import load_replay, resume_folder, save_replay
 from .sizing import batch_unit, mini_batch_scaled, scaled_mini_batch, verl_mini_batch
@@ -109,14 +110,14 @@ class ReplayV1Mixin:
             with mini_batch_scaled(self.config, mb_rows):
                 changed = n_rep > 0 or len(used) != len(batch)
                 if store.settings.rebalance and self.config.trainer.balance_batch and changed:
-                    composed = self._balance_batch(composed, metrics=metrics, logging_prefix="replay/global_seqlen")
+                    composed = self._balance_batch(composed, metrics=metrics, logging_prefix=mn.REPLAY_GLOBAL_SEQLEN)
                 super()._update_actor(composed, metrics)
         finally:
             store.take_back(tq, replay_keys, pid)
         # replay off (replay=grpo): nothing is ever drawn, so nothing is stored either
         n_ins = self._stage(fresh, np.flatnonzero(plan.nonzero), pid) if store.config.enabled else 0
-        n_used_fresh, n_used_pad = int((used < n).sum()), int((used >= n).sum())
-        metrics.update(self._replay_log(plan, n_used_fresh, n_used_pad, n_rep, len(composed), mb_rows, n_ins, step,
+        fresh_adv = fresh.advantages[torch.from_numpy(used[used < n])]
+        metrics.update(self._replay_log(plan, fresh_adv, int((used >= n).sum()), n_rep, mb_rows, n_ins, step,
                                         replay_tokens, drift))
         return batch
 
@@ -190,31 +191,30 @@ class ReplayV1Mixin:
             extra_info=dict(batch.extra_info),
         )
 
-    def _replay_log(self, plan, n_fresh, n_pad, n_rep, total, mb_rows, n_ins, step, replay_tokens, drift) -> dict:
-        # the replay rows counted are those that reached the loss: max_drift's dropped ones are logged as such
+    def _replay_log(self, plan, fresh_adv, n_pad, n_rep, mb_rows, n_ins, step, replay_tokens, drift) -> dict:
+        """The step's replay metrics (`step_row`): the tally of the rows that reached the loss (fresh_adv: (F,) the
+        used fresh rows' advantages; the first n_rep of the plan's replay rows less max_drift's dropped ones), ages
+        in policy versions, the inserted rows and the buffer, then verl's own entries (`metric_names.BACKEND_ONLY`)."""
         kept = np.ones(n_rep, dtype=bool) if drift is None else ~drift[1].numpy()
-        n_kept, total = int(kept.sum()), total - (n_rep - int(kept.sum()))
-        out = {
-            mn.FRESH_COUNT: float(n_fresh),
-            "replay/padding_rows": float(n_pad),
-            "replay/zero_variance_rows": float((~plan.nonzero).sum()),
-            mn.REPLAY_COUNT: float(n_kept),
-            mn.REPLAY_SHARE: n_kept / total if total else 0.0,
-            "replay/mini_batch_rows": float(mb_rows),
-            "replay/replay_tokens": float(replay_tokens),
-            mn.REPLAY_INSERTED: float(n_ins),
-        }
-        if n_kept:  # age in policy versions, beside verl's training/off_policy/trajectory_staleness
-            ages = (step - plan.replay_birth[:n_rep])[kept]
-            out.update({mn.REPLAY_AGE_VERSIONS_MEAN: float(ages.mean()), mn.REPLAY_AGE_VERSIONS_MAX: float(ages.max()),
-                        mn.REPLAY_AGE_VERSIONS_MIN: float(ages.min()),
-                        mn.REPLAY_ABS_ADV: float(np.abs(plan.replay_adv[:n_rep][kept]).mean())})
+        ages = (step - plan.replay_birth[:n_rep])[kept]  # in policy versions, beside training/off_policy/...
+        F, R = len(fresh_adv), int(kept.sum())
+        tally = Tally.of_values(torch.cat([torch.zeros(F, dtype=torch.bool), torch.ones(R, dtype=torch.bool)]),
+                                torch.cat([torch.as_tensor(fresh_adv, dtype=torch.float32).reshape(-1),
+                                           torch.from_numpy(plan.replay_adv[:n_rep][kept]).float()]), None,
+                                torch.cat([torch.zeros(F, dtype=torch.long), torch.from_numpy(ages).long()]))
+        tally.update(groups=float(len(plan.nonzero)), zero_variance_groups=float((~plan.nonzero).sum()))
         if self.replay_store.config.max_drift is not None:  # (drift, dropped) of this update's replay rows
             d, dropped = drift if drift is not None else (None, torch.zeros(0, dtype=torch.bool))
-            out.update({k: float(v) for k, v in Tally.of_drift_values(d, dropped).metrics().items()})
-        out.update({k: float(v) for k, v in self.replay_store.session.buffer_metrics(step).items() if not isinstance(v, list)})
+            tally.update(Tally.of_drift_values(d, dropped))
+        row = step_row(tally, inserted=float(n_ins), buffer=self.replay_store.session.buffer_metrics(step),
+                       ages_in_versions=True, lists=False)
+        out = {k: float(v) for k, v in row.items()}
+        if R:
+            out[mn.REPLAY_AGE_VERSIONS_MIN] = float(ages.min())
+        out.update({mn.REPLAY_PADDING_ROWS: float(n_pad), mn.REPLAY_MINI_BATCH_ROWS: float(mb_rows),
+                    mn.REPLAY_TOKENS: float(replay_tokens)})
         if self.replay_store.config.enabled:  # the stored rows' packed bytes, in the row store's actor
-            out["buffer/row_store_bytes"] = float(self.replay_store.rows.nbytes())
+            out[mn.BUFFER_ROW_STORE_BYTES] = float(self.replay_store.rows.nbytes())
         self.replay_metrics = out
         return out
 

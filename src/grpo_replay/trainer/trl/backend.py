@@ -150,7 +150,7 @@ def train_testbed_with_trl(cfg: TrainConfig, callbacks: Optional[list] = None,
         "output_dir": str(out),
         "trainer": trainer,
         "log_history": trainer.state.log_history,
-        "replay_history": [{k: v for k, v in h.items() if k != "replay_completion_ids"} for h in trainer.replay_history],
+        "replay_history": [h.public() for h in trainer.replay_history],  # `ReplayRecord`s, without token ids
         "final_metrics": trainer.state.log_history[-1] if trainer.state.log_history else {},
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from ... import metric_names as mn
 # built-in name <- TRL's log key, same unit (means over the step's generated rollouts / update tokens)
 RENAMED = {
     "reward": "reward",
-    "frac_zero_var_groups": "frac_reward_zero_std",
+    mn.ZERO_VARIANCE_SHARE: "frac_reward_zero_std",  # TRL's own share of zero-std groups, as the built-in counts
     "completion_len": "completions/mean_length",
     "loss": "loss",
     "kl": "kl",
@@ -26,7 +26,7 @@ RENAMED = {
     "time/step_s": "step_time",
 }
 SHARED = (mn.REPLAY_SHARE, mn.REPLAY_AGE_MEAN, mn.REPLAY_AGE_MAX, mn.FRESH_ABS_ADV, mn.REPLAY_ABS_ADV,
-          "fresh/clip_frac", "replay/clip_frac", "fresh/ratio_mean", "replay/ratio_mean",
+          mn.FRESH_CLIP_FRAC, mn.REPLAY_CLIP_FRAC, mn.FRESH_RATIO_MEAN, mn.REPLAY_RATIO_MEAN,
           mn.REPLAY_DRIFT_DROPPED, mn.REPLAY_DRIFT_MEAN, mn.REPLAY_DRIFT_MAX, mn.BUFFER_EVICTED_DRIFT,
           mn.REPLAY_INSERTED, mn.BUFFER_EVICTED_AGE, mn.BUFFER_EVICTED_USES)
 COUNTS = (mn.REPLAY_AGE_MAX, mn.REPLAY_DRIFT_DROPPED, mn.BUFFER_EVICTED_DRIFT, mn.REPLAY_INSERTED,

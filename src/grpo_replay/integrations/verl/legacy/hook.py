@@ -41,6 +41,7 @@ from ....config import ReplayConfig
 from .... import metric_names as mn
 from ....rollout import RolloutBatch
 from ....session import ReplaySession
+from ....step_metrics import step_row
 from ....tally import Tally
 from .._compat import DataProto
 from ....adapter_rows import prompt_key, row_advantages
@@ -342,8 +343,9 @@ class ReplayHook:
         # the session's tally of the rows trained (fresh ones in `fresh_idx`, then the replayed ones)
         trained = ComposedBatch([fresh.select(torch.from_numpy(np.asarray(fresh_idx, np.int64))),
                                  replay_rows.select(torch.arange(n_replay))])
-        self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, Tally.of(trained, step), n_replay, n_ins,
-                                    n_dropped_wide, n_replay_tokens)
+        tally = Tally.of(trained, step, groups=N, zero_variance_groups=int((~nonzero).sum()))  # rows: groups are whole
+        self.last_plan = self._plan(step, N, mb, K, out, fresh_idx, nonzero, tally, n_replay, n_ins, n_dropped_wide,
+                                    n_replay_tokens)
         return out
 
     def _plan(
@@ -354,17 +356,14 @@ class ReplayHook:
         total = len(out)
         mbr, k_steps = scaled_mini_batch(total, K, mb, self.settings.keep_optimizer_steps)
         metrics = {
-            mn.FRESH_COUNT: float(len(fresh_idx)),
-            "replay/zero_variance_rows": float((~nonzero).sum()),
-            mn.REPLAY_COUNT: float(n_replay),
-            mn.REPLAY_SHARE: n_replay / total if total else 0.0,
-            "replay/dropped_too_wide": float(n_dropped_wide),
-            "replay/mini_batch_rows": float(mbr),
-            "replay/replay_tokens": float(n_replay_tokens),
+            mn.REPLAY_DROPPED_TOO_WIDE: float(n_dropped_wide),
+            mn.REPLAY_MINI_BATCH_ROWS: float(mbr),
+            mn.REPLAY_TOKENS: float(n_replay_tokens),
         }
-        # no replayed rows: no age or |A| in the tally (a 0 would be averaged in as if it were one)
-        metrics.update({k: float(v) for k, v in tally.metrics().items() if not isinstance(v, list)})
-        metrics.update({k: float(v) for k, v in self.session.buffer_metrics(step).items() if not isinstance(v, list)})
+        # counts, share, |A|, rewards, ages and the zero-variance share from the tally (no replayed rows: no age or
+        # |A|, a 0 would be averaged in as if it were one), then the buffer
+        row = step_row(tally, buffer=self.session.buffer_metrics(step), lists=False)
+        metrics.update({k: float(v) for k, v in row.items()})
         return ReplayPlan(
             step=step,
             n_fresh_total=N,

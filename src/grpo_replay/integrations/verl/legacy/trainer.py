@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .... import metric_names as mn
 from .._compat import DataProto
 from ..checkpoints import load_replay, save_replay
 from ..settings import resolve_replay
@@ -55,7 +56,7 @@ class ReplayRayPPOTrainer(RayPPOTrainer):
         changed = plan.n_replay > 0 or plan.n_fresh_used != plan.n_fresh_total
         if self.replay_hook.settings.rebalance and self.config.trainer.balance_batch and changed:
             balance = {}
-            self._balance_batch(composed, metrics=balance, logging_prefix="replay/global_seqlen")
+            self._balance_batch(composed, metrics=balance, logging_prefix=mn.REPLAY_GLOBAL_SEQLEN)
             composed.meta_info["global_token_num"] = composed.batch["attention_mask"].sum(-1).tolist()
             metrics.update(balance)
         # verl's _update_actor passes ppo_mini_batch_size * rollout.n rows as the PPO mini-batch; scale it for
