@@ -35,15 +35,14 @@ def legacy_state(step: int, into: ReplayHook | None = None, **settings) -> Repla
 
 def v1_state(step: int, into: TQReplayStore | None = None, **settings) -> TQReplayStore:
     store = into or TQReplayStore(ReplayConfig.paper(warmup_steps=0), VerlReplaySettings(**settings))
-    n, first = 8, store.next_id
+    n = 8
     fresh = FreshRows(keys=[f"u{step}{i // 4}_{i % 4}_0" for i in range(n)], tags=[{}] * n,
                       rewards=torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0]), advantages=torch.randn(n),
                       group_ids=torch.arange(n) // 4, prompt_keys=np.arange(n, dtype=np.int64),
                       birth=np.full(n, step, dtype=np.int64))
-    ids = np.arange(first, first + n, dtype=np.int64)
+    ids = store.defer(fresh, np.arange(n)).seqs  # the row store's ids: the rows' insertion numbers
     store.rows.put(ids.tolist(), [v1_row(3, 4, seed=int(i)) for i in ids], [{"seq_len": 7}] * n)
-    store.next_id = first + n
-    store.add(fresh, np.arange(n), ids)
+    store.flush()
     return store
 
 
@@ -89,7 +88,7 @@ def test_both_trainers_states_round_trip_and_are_pruned_as_verl_prunes_the_actor
     a, b = state.buffer.state_dict(), again.buffer.state_dict()
     assert a["rng"] == b["rng"] and a["totals"] == b["totals"]
     if trainer == "v1":
-        assert again.rows.ids().tolist() == sorted(state.live_ids().tolist()) and again.next_id == state.next_id
+        assert again.rows.ids().tolist() == sorted(state.live_ids().tolist()) and again.buffer.next_seq == state.buffer.next_seq
     assert not load_replay(make(1), trainer_config(root, "disable"), 3)  # no resume: nothing loaded
 
 
