@@ -111,7 +111,7 @@ def test_async_example_twin(tmp_path, monkeypatch):
     t = seen["trainer"]
     assert t.args.dtype == "float32" and t.args.learning_rate == 1e-2  # the YAML's dtype, the toy's rate
     replayed = [r for r in t.replay_history if r["replay_rows"]]
-    assert replayed and all(r["replay_rows"] * 3 == r["rows"] for r in replayed), list(t.replay_history)
+    assert replayed and all(r["replay_rows"] * 3 == r["fresh_rows"] + r["replay_rows"] for r in replayed), list(t.replay_history)
     ok = _share_ok(out)
     assert ok.returncode == 0, ok.stderr
     assert t.replay_composer is not None and t.args.seed == 0
