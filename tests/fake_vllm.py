@@ -68,7 +68,11 @@ class FakeLLM:
 
 
 def install(monkeypatch) -> type[FakeLLM]:
-    """`import vllm` gives the stand-in for the rest of the test."""
+    """`import vllm` gives the stand-in for the rest of the test; the launch variables the colocated engine sets
+    (RANK, MASTER_PORT, ...) are put back after it, so no later test or child process joins that group."""
+    from helpers import LAUNCH_VARS, restore_after
+
+    restore_after(monkeypatch, *LAUNCH_VARS)
     fake = types.ModuleType("vllm")
     fake.LLM = FakeLLM
     fake.SamplingParams = lambda **kw: SimpleNamespace(**{"seed": None, **kw})

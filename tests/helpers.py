@@ -5,6 +5,7 @@ trainer stack."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -231,3 +232,24 @@ def undeclared_metric_keys(keys) -> set[str]:
 
     return mn.undeclared(keys)
 
+
+
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def fresh_process_env(drop: tuple[str, ...] = (), drop_prefixes: tuple[str, ...] = ()) -> dict:
+    """This process's environment without the distributed launch variables (and `drop`, and names starting with
+    `drop_prefixes`): an in-process TRL or accelerate test may have left RANK / WORLD_SIZE / MASTER_PORT set (and a
+    store listening on that port), and a child process, like a command typed in a fresh shell, must not join that
+    group or bind that port."""
+    gone = set(LAUNCH_VARS) | set(drop)
+    prefixes = ("ACCELERATE_", *drop_prefixes)
+    return {k: v for k, v in os.environ.items() if k not in gone and not k.startswith(prefixes)}
+
+
+def restore_after(monkeypatch, *names: str) -> None:
+    """Leave `names` unset for the test and put back their values (or their absence) after it, whatever the code
+    under test writes into os.environ meanwhile (vLLM's colocated engine sets the launch variables itself)."""
+    for k in names:
+        monkeypatch.setenv(k, os.environ.get(k, ""))  # records the value, or the absence, to restore
+        monkeypatch.delenv(k)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import fresh_process_env
+
 ROOT = Path(__file__).resolve().parents[2]
 STACK_HF = ("transformers==5.17.0", "accelerate==1.13.0")
 NETWORK_ERRORS = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
@@ -33,9 +35,7 @@ def _torch_pin() -> str:
 
 def _clean_env(**extra: str) -> dict:
     """This environment without pip's settings and the checkout on the path (and without launch variables)."""
-    drop = ("PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "ACCELERATE_")) and k not in drop}
-    return {**env, **extra}
+    return {**fresh_process_env(drop=("PYTHONPATH",), drop_prefixes=("PIP_",)), **extra}
 
 
 def _run(argv, timeout=1200, **kw) -> subprocess.CompletedProcess:

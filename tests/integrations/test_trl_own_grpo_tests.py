@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import fresh_process_env
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = Path(__file__).resolve().parent / "trl_own"
 
@@ -42,7 +44,7 @@ def trl_tests_dir() -> Path | None:
 def run_trl_tests(pkg_parent: Path, assets: Path, swap: bool) -> dict[str, str]:
     """Run the selection in a fresh interpreter; returns {test id: "passed" | "failed: ..." | "skipped"}."""
     report = pkg_parent / f"report_{int(swap)}.xml"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+    env = {**fresh_process_env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "TRL_OWN_SWAP": "1" if swap else "0", "TRL_OWN_ASSETS": str(assets),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_DIR), str(pkg_parent)])}
     selected = os.environ.get("TRL_OWN_SELECT", "").split(",") if os.environ.get("TRL_OWN_SELECT") else SELECTED

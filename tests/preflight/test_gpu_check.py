@@ -4,12 +4,13 @@ machine without one is refused before any check."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import fresh_process_env, restore_after
 
 from grpo_replay.preflight.gpu_check import __main__ as gpu_check
 from grpo_replay.preflight.gpu_check.report import JSON_NAME, MD_NAME, STATUSES
@@ -21,15 +22,11 @@ CHECKS = ["testbed", "memory", "scoring", "trl", "vllm"]
 @pytest.fixture(autouse=True)
 def _restore_offline_switches(monkeypatch):
     """main() turns the hub off in its own process's environment; a test's in-process call must not leave it so."""
-    for k in (*gpu_check.OFFLINE, "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.setenv(k, os.environ.get(k, ""))  # restored, or removed, after the test
-        monkeypatch.delenv(k)
+    restore_after(monkeypatch, *gpu_check.OFFLINE, "CUDA_VISIBLE_DEVICES")
 
 
 def _env() -> dict:
-    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    return {**{k: v for k, v in os.environ.items() if k not in launch and not k.startswith("ACCELERATE_")},
-            "PYTHON": sys.executable}
+    return {**fresh_process_env(), "PYTHON": sys.executable}
 
 
 def _check_reports(out: Path) -> dict:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grpo_replay import ReplayConfig
-from helpers import make_batch
+from helpers import fresh_process_env, make_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,16 +52,6 @@ def test_the_checker_finds_replay_rows_lost_to_the_split():
         "no step drew its full replay count, so the share after the split was never checked"]
 
 
-def _fresh_process_env() -> dict:
-    """This process's environment without the distributed launch variables: an in-process TRL or accelerate test
-    may have left RANK / WORLD_SIZE / MASTER_PORT set (and a store listening on that port), and the script, like a
-    command typed in a fresh shell, must not join that group."""
-    import os
-
-    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    return {k: v for k, v in os.environ.items() if k not in launch and not k.startswith("ACCELERATE_")}
-
-
 @pytest.mark.slow
 def test_smoke_check_runs_both_trainers_on_cpu(tmp_path, tiny_overrides):
     out = tmp_path / "smoke"
@@ -69,7 +59,7 @@ def test_smoke_check_runs_both_trainers_on_cpu(tmp_path, tiny_overrides):
         [sys.executable, str(ROOT / "scripts" / "smoke_check.py"), "--device", "cpu", "--dtype", "float32",
          "--steps", "3", "--out", str(out), "--cache-dir", tiny_overrides["testbed.cache_dir"]],
         capture_output=True, text=True, timeout=600,
-        env={**_fresh_process_env(), "PYTHONPATH": str(ROOT / "src")},
+        env={**fresh_process_env(), "PYTHONPATH": str(ROOT / "src")},
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "smoke_check: all invariants hold" in res.stdout
