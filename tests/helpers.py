@@ -233,7 +233,6 @@ def undeclared_metric_keys(keys) -> set[str]:
     return mn.undeclared(keys)
 
 
-
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

@@ -8,6 +8,7 @@ import types
 import pytest
 
 from grpo_replay.generation.vllm import VLLMGenerator, free_port
+from helpers import LAUNCH_VARS, restore_after
 
 
 def test_free_port_is_bindable():
@@ -27,8 +28,7 @@ def recorded(monkeypatch):
         self.llm = None
 
     monkeypatch.setattr(VLLMGenerator, "__init__", init)
-    for k in ("MASTER_PORT", "MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
+    restore_after(monkeypatch, *LAUNCH_VARS)  # unset here, and what colocated() writes is undone after
     return calls
 
 

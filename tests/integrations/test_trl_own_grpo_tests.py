@@ -44,8 +44,8 @@ def trl_tests_dir() -> Path | None:
 def run_trl_tests(pkg_parent: Path, assets: Path, swap: bool) -> dict[str, str]:
     """Run the selection in a fresh interpreter; returns {test id: "passed" | "failed: ..." | "skipped"}."""
     report = pkg_parent / f"report_{int(swap)}.xml"
-    env = {**fresh_process_env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TRL_OWN_SWAP": "1" if swap else "0", "TRL_OWN_ASSETS": str(assets),
+    env = {**fresh_process_env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "TRL_OWN_SWAP": "1" if swap else "0", "TRL_OWN_ASSETS": str(assets),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_DIR), str(pkg_parent)])}
     selected = os.environ.get("TRL_OWN_SELECT", "").split(",") if os.environ.get("TRL_OWN_SELECT") else SELECTED
     ids = [f"trl_tests/test_grpo_trainer.py::{t}" for t in selected]
